@@ -1,0 +1,53 @@
+"""The server: holds the global state and runs the algorithm's server hooks."""
+from __future__ import annotations
+
+import torch
+
+from fedclock.algorithms.base import Algorithm, Arrival, EvalResult, ServerState, Tensors
+from fedclock.scheduling.rng import Stream, torch_rng
+
+
+class Server:
+    """Global state of one run. Every random draw is seeded by (seed, receive count)."""
+
+    def __init__(self, threads: int = 1) -> None:
+        torch.set_num_threads(threads)
+        self.algorithm: Algorithm | None = None
+        self.state: ServerState | None = None
+        self.x_test: torch.Tensor | None = None
+        self.y_test: torch.Tensor | None = None
+        self.seed = 0
+        self.receives = 0
+
+    def setup(self, algorithm: Algorithm, x_test: torch.Tensor, y_test: torch.Tensor, seed: int) -> int:
+        """Start a run: initial state from the algorithm; returns the version (0)."""
+        self.algorithm = algorithm
+        self.x_test, self.y_test = x_test, y_test
+        self.seed = seed
+        self.receives = 0
+        self.state = algorithm.init_server(torch_rng(seed, Stream.INIT))
+        return self.state.version
+
+    def payload_for(self, client: int) -> Tensors:
+        assert self.algorithm is not None and self.state is not None, "server used before setup()"
+        return self.algorithm.payload_for(self.state, client)
+
+    def receive(self, meta: list[tuple[int, int, int, int]], *uploads: Tensors) -> int:
+        """Apply arrivals, given as (client, num_samples, version_dispatched, staleness) and
+        their uploads in the same order; return the server version."""
+        assert self.algorithm is not None and self.state is not None, "server used before setup()"
+        arrivals = [Arrival(client=c, upload=u, num_samples=n, version_dispatched=v, staleness=s)
+                    for (c, n, v, s), u in zip(meta, uploads)]
+        rng = torch_rng(self.seed, Stream.SERVER, self.receives)
+        self.receives += 1
+        state, changed = self.algorithm.server_receive(self.state, arrivals, rng)
+        if changed:
+            state.version = self.state.version + 1
+        self.state = state
+        return state.version
+
+    def evaluate(self, batch_size: int) -> EvalResult:
+        """The global model on the global test set."""
+        assert self.algorithm is not None and self.state is not None, "server used before setup()"
+        assert self.x_test is not None and self.y_test is not None
+        return self.algorithm.evaluate_global(self.state, self.x_test, self.y_test, batch_size)

@@ -1,0 +1,239 @@
+"""The pure algorithm interface.
+
+An algorithm is plain PyTorch logic: it never imports Ray or SimPy, so it can be tested on
+tiny tensors. The runtime calls its hooks in this order:
+
+* ``init_server(rng)`` once, on the server, giving the initial :class:`ServerState`;
+* ``payload_for(state, client)`` on the server when a task is dispatched: what goes down;
+* ``client_update(payload, client_state, data, rng)`` on a client executor: local work,
+  returning what goes up, the client's persistent state and training metrics;
+* ``server_receive(state, arrivals, rng)`` on the server: a synchronous algorithm gets the
+  round's cohort, an asynchronous one gets one arrival at a time, each with its staleness;
+  it returns the new state and whether the global model changed (a new server version);
+* ``evaluate_global`` / ``evaluate_client`` for global and personalized accuracy.
+
+Algorithms also declare what they cost, so virtual time is computed from the task itself:
+``download_bytes``/``upload_bytes`` (the real sizes of the tensors they send) and
+``work(num_samples)`` (sample passes times per-sample cost).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Mapping, TypeVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from fedclock.algorithms.models import ModelFactory
+
+Tensors = dict[str, torch.Tensor]
+"""What travels on the wire: named tensors whose byte size is what the clock charges."""
+
+
+def payload_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """Bytes of a message made of these tensors."""
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+class AlgorithmParams(BaseModel):
+    """Hyper-parameters shared by every algorithm that trains locally with mini-batch SGD."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(default=0.05, gt=0, description="local learning rate eta_l")
+    batch_size: int = Field(default=32, ge=1)
+    local_epochs: float = Field(default=1.0, gt=0, description="local passes over the client's train split")
+    local_steps: int | None = Field(default=None, ge=1, description="if set, exactly this many local steps "
+                                    "instead of local_epochs")
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
+    max_grad_norm: float | None = Field(default=None, gt=0, description="clip local gradients to this norm")
+
+
+P = TypeVar("P", bound=AlgorithmParams)
+
+
+@dataclass
+class ClientData:
+    """One client's local data, already on the executor's device."""
+
+    client: int
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def num_train(self) -> int:
+        return int(self.y_train.shape[0])
+
+
+@dataclass
+class ClientResult:
+    """What a client task returns: the upload (sent to the server), the client's state to
+    keep until its next task (held by the runtime, never by the actor), and metrics."""
+
+    upload: Tensors
+    state: Tensors | None
+    num_samples: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Arrival:
+    """An upload as the server sees it."""
+
+    client: int
+    upload: Tensors
+    num_samples: int
+    version_dispatched: int
+    staleness: int
+
+
+@dataclass
+class ServerState:
+    """Global state. ``tensors`` holds the model (flat, under ``"weights"``) and any other
+    global tensors; ``version`` counts changes of the global model; ``extra`` holds small
+    algorithm bookkeeping (plain Python numbers only)."""
+
+    tensors: Tensors
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Sums over a test set, so results from several batches or clients add up."""
+
+    correct: float
+    count: int
+    loss_sum: float
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.count if self.count else float("nan")
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / self.count if self.count else float("nan")
+
+
+class Algorithm(ABC, Generic[P]):
+    """Base class of every algorithm. Subclasses set ``name``, ``Params``, ``modes`` and a
+    one-line ``summary``, and implement the abstract hooks."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    paper: ClassVar[str]
+    Params: ClassVar[type[AlgorithmParams]]
+    modes: ClassVar[frozenset[str]]
+    sample_cost: ClassVar[float] = 1.0
+    """Forward/backward passes per training sample, relative to plain SGD."""
+    payload_is_shared: ClassVar[bool] = True
+    """True when ``payload_for`` sends every client the same tensors at a given version
+    (the runtime then builds the payload once per version)."""
+
+    def __init__(self, params: P, model_factory: ModelFactory) -> None:
+        self.params: P = params
+        self.model_factory = model_factory
+        self._workspace: nn.Module | None = None
+
+    @classmethod
+    def mode_problem(cls, mode: object) -> str | None:
+        """A one-line error (starting with the field path) when this algorithm cannot run in
+        the scenario's mode settings, beyond the mode type itself; None when it can."""
+        return None
+
+    # ------------------------------------------------------------------ model helpers
+    @property
+    def workspace(self) -> nn.Module:
+        """A model instance reused for local work (its weights are overwritten per task)."""
+        if self._workspace is None:
+            self._workspace = self.model_factory.build()
+        return self._workspace
+
+    def to(self, device: torch.device | str) -> "Algorithm[P]":
+        """Move the workspace model to a device (executors call this once)."""
+        self._workspace = self.workspace.to(device)
+        return self
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        """Initial global state."""
+
+    @abstractmethod
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        """What the server sends to ``client``."""
+
+    @abstractmethod
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        """Local work on one client."""
+
+    @abstractmethod
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        """Fold arrivals into the global state; True when the global model changed."""
+
+    def evaluate_global(self, state: ServerState, x: torch.Tensor, y: torch.Tensor,
+                        batch_size: int) -> EvalResult:
+        """The server model on a test set."""
+        return evaluate_flat(self.workspace, self.model_factory, state.tensors["weights"], x, y, batch_size)
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        """The model this client would use, on its own test split (default: the payload's
+        global model, as in FedAvg)."""
+        return evaluate_flat(self.workspace, self.model_factory, payload["weights"], data.x_test, data.y_test,
+                             batch_size)
+
+    # ------------------------------------------------------------------ costs
+    def download_bytes(self) -> int:
+        """Bytes sent to a client per task (default: the flat model)."""
+        return self.model_factory.num_params * 4
+
+    def upload_bytes(self) -> int:
+        """Bytes a client sends back per task (default: the flat model or its delta)."""
+        return self.model_factory.num_params * 4
+
+    def local_steps(self, num_samples: int) -> int:
+        """Mini-batch steps one task runs on a client with ``num_samples`` training samples."""
+        p = self.params
+        if p.local_steps is not None:
+            return p.local_steps
+        per_epoch = max(1, -(-num_samples // p.batch_size))
+        return max(1, round(p.local_epochs * per_epoch))
+
+    def work(self, num_samples: int) -> float:
+        """Unit-cost sample passes of one task (what the device's compute speed divides)."""
+        steps = self.local_steps(num_samples)
+        per_step = min(self.params.batch_size, max(num_samples, 1))
+        return steps * per_step * self.sample_cost
+
+
+def evaluate_flat(model: nn.Module, factory: ModelFactory, weights: torch.Tensor, x: torch.Tensor,
+                  y: torch.Tensor, batch_size: int) -> EvalResult:
+    """Load flat weights into ``model`` and compute accuracy and summed cross-entropy."""
+    factory.load_flat(model, weights)
+    return evaluate_module(model, x, y, batch_size)
+
+
+@torch.no_grad()
+def evaluate_module(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> EvalResult:
+    """Accuracy and summed cross-entropy of ``model`` on (x, y)."""
+    if y.numel() == 0:
+        return EvalResult(0.0, 0, 0.0)
+    was_training = model.training
+    model.eval()
+    correct = 0.0
+    loss_sum = 0.0
+    for start in range(0, y.shape[0], batch_size):
+        xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+        logits = model(xb)
+        loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
+        correct += float((logits.argmax(dim=1) == yb).sum())
+    model.train(was_training)
+    return EvalResult(correct, int(y.shape[0]), loss_sum)

@@ -1,0 +1,64 @@
+"""FedAvg (Async), the asynchronous FedAvg baseline of the SPFL/PLGA paper."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
+    Tensors
+from fedclock.algorithms.training import train_from
+
+
+class FedAvgAsyncParams(AlgorithmParams):
+    """Only the local SGD hyper-parameters: the server rule has none."""
+
+
+class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
+    """FedAvg with stale models averaged in, as the SPFL/PLGA paper's "FedAvg (Async)".
+
+    The baseline named "FedAvg (Async)" in the SPFL/PLGA paper (the stage-wise
+    personalized FL paper whose PLGA handles stragglers by leap gradient approximation; see
+    ALGORITHMS.md, seed 004). FedAvg itself is McMahan et al., AISTATS 2017.
+
+    * Rounds are the sync mode's rounds, paced by the punctual clients; run it with
+      ``late_results: include`` so stragglers' results join the round in which they arrive.
+    * Client: ``local_steps(n)`` SGD steps from the received weights; uploads its final
+      local **model** under ``"weights"`` (not a delta).
+    * Server: ``w <- (1/|R|) sum_{k in R} w_k`` over every model ``R`` received in the round,
+      punctual ones and stale ones (dispatched in an earlier round, ``staleness > 0``) alike,
+      each with **equal weight** -- neither the sample counts nor the staleness enter, which
+      is how the paper describes the baseline. An empty round returns ``(state, False)``;
+      otherwise the version advances by one.
+    """
+
+    name: ClassVar[str] = "fedavg_async"
+    summary: ClassVar[str] = "FedAvg (Async): equal-weight mean of punctual and stale local models"
+    paper: ClassVar[str] = ("FedAvg (Async) baseline of the SPFL/PLGA paper (stage-wise personalized FL with "
+                            "leap gradient approximation); FedAvg: McMahan et al., AISTATS 2017")
+    Params: ClassVar[type[AlgorithmParams]] = FedAvgAsyncParams
+    modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
+
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        return {"weights": state.tensors["weights"]}
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        local, metrics = train_from(self, payload["weights"], data, rng)
+        return ClientResult(upload={"weights": local}, state=client_state, num_samples=data.num_train,
+                            metrics=metrics)
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        if not arrivals:
+            return state, False
+        weights = state.tensors["weights"]
+        total = torch.zeros_like(weights)
+        for a in arrivals:
+            total.add_(a.upload["weights"].to(total))
+        new_weights = total / len(arrivals)
+        return ServerState(tensors={**state.tensors, "weights": new_weights}, version=state.version + 1,
+                           extra=dict(state.extra)), True

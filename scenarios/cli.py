@@ -1,0 +1,183 @@
+"""The ``fedclock`` command.
+
+    fedclock run FILE [--out DIR] [--set key=value ...] [--backend ray|inline]
+    fedclock validate FILE [--set key=value ...]
+    fedclock list algorithms|datasets|scenarios
+
+FILE is a path, or the name of a shipped scenario (``quickstart``,
+``library/async_heterogeneous``). User mistakes print one line, ``fedclock: error: …``, and
+exit with status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import fedclock.scenarios as scenarios_pkg
+from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
+from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
+from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, read_yaml
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A mistake on the command line."""
+
+
+def scenario_dir() -> Path:
+    """Where the shipped scenario files live."""
+    return Path(scenarios_pkg.__file__).parent
+
+
+def shipped_scenarios() -> list[Path]:
+    """Every shipped scenario file, quickstart first."""
+    root = scenario_dir()
+    return sorted(root.glob("*.yaml")) + sorted((root / "library").rglob("*.yaml"))
+
+
+def resolve_path(arg: str) -> Path:
+    """A path as given, or a shipped scenario by name."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    for candidate in (scenario_dir() / arg, scenario_dir() / f"{arg}.yaml", scenario_dir() / "library" / f"{arg}.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise ScenarioError(f"scenario file not found: {arg} (see `fedclock list scenarios`)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedclock", description="Federated learning under system heterogeneity, "
+                                     "simulated on Ray actors with a deterministic virtual clock.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run every run of a scenario file")
+    run.add_argument("file")
+    run.add_argument("--out", type=Path, default=None, help="output directory (default: output.dir or results/NAME)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a field, e.g. --set algorithm.lr=0.1 (repeatable)")
+    run.add_argument("--backend", choices=["ray", "inline"], default=None,
+                     help="override runtime.backend for every run")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    val = sub.add_parser("validate", help="check a scenario file without running it")
+    val.add_argument("file")
+    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    lst = sub.add_parser("list", help="list algorithms, datasets or shipped scenarios")
+    lst.add_argument("what", choices=["algorithms", "datasets", "scenarios"])
+    return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed a one-line usage error
+        return int(exc.code or 0)
+    try:
+        if args.command == "list":
+            return _list(args.what)
+        if args.command == "validate":
+            suite = load_suite(resolve_path(args.file), args.overrides)
+            names = ", ".join(s.name for s in suite.runs)
+            print(f"{suite.source}: ok ({len(suite.runs)} run{'s' if len(suite.runs) != 1 else ''}: {names})")
+            return 0
+        overrides = list(args.overrides)
+        if args.backend is not None:
+            overrides.append(f"runtime.backend={args.backend}")
+        suite = load_suite(resolve_path(args.file), overrides)
+        return _run(suite, args.out, quiet=args.quiet)
+    except (ScenarioError, DatasetError, UsageError) as exc:
+        print(f"fedclock: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnknownAlgorithm as exc:
+        print(f"fedclock: error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)
+        return 130
+
+
+def _out_dir(suite: Suite, index: int, out: Path | None) -> Path:
+    scenario = suite.runs[index]
+    several = len(suite.runs) > 1
+    if out is not None:
+        return out / scenario.name if several else out
+    if scenario.output.dir is not None:
+        return scenario.output.dir / scenario.name if several else scenario.output.dir
+    return Path("results") / suite.name / scenario.name if several else Path("results") / scenario.name
+
+
+def _run(suite: Suite, out: Path | None, quiet: bool) -> int:
+    from fedclock.actors.runtime import Runtime
+    from fedclock.scenarios.experiment import run_scenario
+    from fedclock.scenarios.progress import RunProgress, make_console, summary_table
+
+    console = make_console()
+    first = suite.runs[0].runtime
+    backends = {s.runtime.backend for s in suite.runs}
+    addresses = {s.runtime.address for s in suite.runs}
+    if len(backends) > 1 or len(addresses) > 1:
+        raise UsageError("runtime.backend and runtime.address must be the same for every run of a file")
+    console.print(f"[bold]fedclock[/bold] {suite.name}: {len(suite.runs)} run(s) on the {first.backend} backend")
+    runtime = Runtime(first.backend, first.address)
+    summaries = []
+    try:
+        with RunProgress(console, enabled=not quiet and all(s.output.progress for s in suite.runs)) as progress:
+            for i, scenario in enumerate(suite.runs):
+                progress.start(scenario)
+                summary = run_scenario(scenario, runtime, _out_dir(suite, i, out), on_progress=progress.update)
+                progress.finish(summary)
+                summaries.append(summary)
+                if not progress.progress.live.is_started:
+                    console.print(f"  {scenario.name}: global accuracy {summary.global_accuracy:.4f} after "
+                                  f"{summary.versions} versions, {summary.virtual_time:.1f} virtual s "
+                                  f"({summary.stop_reason})")
+    finally:
+        runtime.close()
+    console.print(summary_table(f"{suite.name}: results", summaries))
+    if len(suite.runs) > 1:
+        root = summaries[0].out_dir.parent
+        _write_summary(root / "summary.parquet", summaries)
+        console.print(f"results: {root}/<run>/ (metrics, events, clients .parquet) and {root}/summary.parquet")
+    else:
+        console.print(f"results: {summaries[0].out_dir}/ (metrics, events, clients .parquet)")
+    return 0
+
+
+def _write_summary(path: Path, summaries: Sequence) -> None:
+    rows = [{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()} for s in summaries]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def _list(what: str) -> int:
+    if what == "algorithms":
+        width = max(len(n) for n in ALGORITHMS)
+        for name, cls in ALGORITHMS.items():
+            modes = "/".join(sorted(cls.modes))
+            print(f"{name:<{width}}  [{modes:<10}]  {cls.summary}  ({cls.paper})")
+    elif what == "datasets":
+        width = max(len(n) for n in DATASET_SUMMARIES)
+        for name, text in DATASET_SUMMARIES.items():
+            print(f"{name:<{width}}  {text}")
+    else:
+        root = scenario_dir()
+        for path in shipped_scenarios():
+            raw = read_yaml(path)
+            text = str(raw.get("description", "")).strip().splitlines()[0] if isinstance(raw, dict) else ""
+            name = str(path.relative_to(root).with_suffix(""))
+            print(f"{name:<40}  {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""Datasets loaded whole into memory as tensors.
+
+Every dataset becomes a :class:`Dataset`: a training pool and a global test set as float32
+tensors plus int64 labels. Images are ``(N, C, H, W)``; vectors are ``(N, D)``.
+
+Choices, in one place:
+
+* **Normalization.** Images are scaled to [0, 1] (``digits`` from 0..16, the rest from
+  0..255), optionally resized (``image_size``, bilinear), then standardized per channel
+  with the mean and standard deviation of the training pool as kept (after
+  ``max_train_samples``); the test set uses the same constants. Synthetic vectors are
+  left as generated, like the FedProx code base.
+* **digits** has no official test split: a stratified ``global_test_fraction`` of each
+  class goes to the test set, drawn from the scenario seed.
+* **synthetic** follows FedProx Synthetic(alpha, beta) (see :func:`_synthetic`). Client
+  sizes follow the FedProx code base, ``lognormal(4, 2) + 50`` per client, rescaled so the
+  total is ``synthetic_samples`` (at least 4 samples per client, so the total can be a
+  little larger when there are very many clients). ``max_train_samples`` subsamples every
+  client's training samples proportionally (at least one each).
+* **MNIST, Fashion-MNIST, EMNIST** load through ``torchvision.datasets``, which reads the
+  uncompressed IDX files under ``<root>/<Name>/raw``; ``.gz`` files found there instead are
+  decompressed beside themselves first. Files are checked (IDX header against the file
+  size) before torchvision reads them, so a broken file is named. EMNIST images are
+  transposed upright, and the ``letters`` split's labels 1..26 become 0..25.
+* **CIFAR-10/100** are read from the python pickles under ``<root>/cifar-10-batches-py``
+  or ``<root>/cifar-100-python`` by this module (same on-disk format as torchvision):
+  torchvision insists on the official MD5 of every file, which would reject subsets and
+  test fixtures and would only say "not found or corrupted" without naming the file.
+  ``download: true`` still fetches and verifies the official archive through torchvision.
+  The pickles are trusted local files, as they are for torchvision.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import shutil
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedclock.scenarios.schema import DatasetConfig
+
+__all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "data_root", "load_dataset"]
+
+DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100")
+
+DATASET_SUMMARIES: dict[str, str] = {
+    "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
+    "synthetic": "FedProx Synthetic(alpha, beta): per-client logistic models, natural client split",
+    "mnist": "MNIST handwritten digits, 28x28 grey, 60k train / 10k test, 10 classes",
+    "fashion_mnist": "Fashion-MNIST clothing, 28x28 grey, 60k train / 10k test, 10 classes",
+    "emnist": "EMNIST letters and digits, 28x28 grey, split chosen by dataset.emnist_split",
+    "cifar10": "CIFAR-10 objects, 32x32 colour, 50k train / 10k test, 10 classes",
+    "cifar100": "CIFAR-100 objects, 32x32 colour, 50k train / 10k test, 100 fine classes",
+}
+
+# Fixed stream ids: each random use gets its own generator seeded by (seed, stream).
+_STREAM_DIGITS_SPLIT = 0x44494701
+_STREAM_SYNTHETIC = 0x53594E01
+_STREAM_SUBSAMPLE = 0x53554201
+
+_SYNTHETIC_MIN_PER_CLIENT = 4
+
+
+class DatasetError(Exception):
+    """One-line, user-facing message; names the file/folder and what to do."""
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A dataset in memory: training pool, global test set, and (optionally) its own
+    per-client split of the training pool."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    natural_clients: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input sample."""
+        return tuple(self.x_train.shape[1:])
+
+
+def data_root(cfg: DatasetConfig) -> Path:
+    """Folder holding downloaded datasets: ``cfg.root``, else ``$FEDCLOCK_DATA``, else
+    ``~/.fedclock/data``."""
+    if cfg.root is not None:
+        return Path(cfg.root).expanduser()
+    env = os.environ.get("FEDCLOCK_DATA")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".fedclock" / "data"
+
+
+def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """Load ``cfg.name`` into memory, deterministically from ``seed``. ``num_clients`` is
+    only used by datasets with their own client split (synthetic). Raises
+    :class:`DatasetError` for missing or broken files."""
+    if cfg.name == "synthetic":
+        return _synthetic(cfg, seed, num_clients)
+    if cfg.name == "digits":
+        return _digits(cfg, seed)
+    root = data_root(cfg)
+    if cfg.name in ("mnist", "fashion_mnist", "emnist"):
+        x_tr, y_tr, x_te, y_te, classes = _load_idx_family(cfg, root)
+    elif cfg.name in ("cifar10", "cifar100"):
+        x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, root)
+    else:  # pragma: no cover - the schema restricts names
+        raise DatasetError(f"dataset.name: unknown dataset {cfg.name!r} (allowed: {', '.join(DATASET_NAMES)})")
+    return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
+
+
+# --------------------------------------------------------------------------- helpers
+def _rng(seed: int, stream: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
+
+
+def _finish_images(cfg: DatasetConfig, seed: int, x_train: torch.Tensor, y_train: torch.Tensor,
+                   x_test: torch.Tensor, y_test: torch.Tensor, num_classes: int, scale: float) -> Dataset:
+    """Subsample the pool, scale to [0, 1], resize, standardize per channel."""
+    if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_train):
+        keep = np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_train), cfg.max_train_samples, replace=False))
+        keep_t = torch.from_numpy(keep)
+        x_train, y_train = x_train[keep_t], y_train[keep_t]
+    x_train = x_train.to(torch.float32, copy=True).div_(scale)
+    x_test = x_test.to(torch.float32, copy=True).div_(scale)
+    if cfg.image_size is not None and tuple(x_train.shape[2:]) != (cfg.image_size, cfg.image_size):
+        size = (cfg.image_size, cfg.image_size)
+        x_train = F.interpolate(x_train, size=size, mode="bilinear", align_corners=False)
+        x_test = F.interpolate(x_test, size=size, mode="bilinear", align_corners=False)
+    mean = x_train.mean(dim=(0, 2, 3), keepdim=True)
+    std = x_train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+    x_train = x_train.sub_(mean).div_(std)
+    x_test = x_test.sub_(mean).div_(std)
+    return Dataset(cfg.name, x_train.contiguous(), y_train.to(torch.int64), x_test.contiguous(),
+                   y_test.to(torch.int64), num_classes, None)
+
+
+def _check_labels(y: torch.Tensor, num_classes: int, where: Path) -> None:
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise DatasetError(f"dataset.root: labels in {where} lie outside 0..{num_classes - 1}; "
+                           "the file is corrupt or from another dataset, replace it")
+
+
+# --------------------------------------------------------------------------- digits
+def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
+    """scikit-learn digits with a stratified, seeded global test split."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    rng = _rng(seed, _STREAM_DIGITS_SPLIT)
+    test_parts = []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        test_parts.append(idx[: int(np.floor(cfg.global_test_fraction * len(idx) + 0.5))])
+    is_test = np.zeros(len(y), dtype=bool)
+    is_test[np.concatenate(test_parts)] = True
+    images = torch.from_numpy(x.astype(np.float32)).reshape(-1, 1, 8, 8)
+    labels = torch.from_numpy(y.astype(np.int64))
+    train, test = torch.from_numpy(~is_test), torch.from_numpy(is_test)
+    return _finish_images(cfg, seed, images[train], labels[train], images[test], labels[test], 10, scale=16.0)
+
+
+# --------------------------------------------------------------------------- synthetic
+def _synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """FedProx Synthetic(alpha, beta) (Li et al. 2020, after Shamir et al.).
+
+    For client k: ``u_k ~ N(0, alpha)``, ``W_k ~ N(u_k, 1)`` (classes x dim),
+    ``b_k ~ N(u_k, 1)``, ``B_k ~ N(0, beta)``, ``v_k ~ N(B_k, 1)`` per feature,
+    ``x ~ N(v_k, diag(j^-1.2))`` and ``y = argmax(W_k x + b_k)``. (As in the original,
+    ``u_k`` shifts every class's score by the same amount, so ``beta`` is what moves the
+    label distribution; ``alpha`` changes the models only through the drawn noise.)
+    Standard deviations are ``alpha`` and ``beta``, as in the FedProx generator.
+    """
+    if cfg.image_size is not None:
+        raise DatasetError("dataset.image_size: synthetic data are vectors, not images; remove image_size")
+    rng = _rng(seed, _STREAM_SYNTHETIC)
+    dim, classes = cfg.synthetic_features, cfg.synthetic_classes
+    sizes = _synthetic_sizes(rng, num_clients, cfg.synthetic_samples)
+    cov_sd = np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2) ** 0.5
+    u = rng.normal(0.0, cfg.synthetic_alpha, num_clients)
+    big_b = rng.normal(0.0, cfg.synthetic_beta, num_clients)
+    xs_train, ys_train, xs_test, ys_test = [], [], [], []
+    for k in range(num_clients):
+        w = rng.normal(u[k], 1.0, (classes, dim))
+        b = rng.normal(u[k], 1.0, classes)
+        v = rng.normal(big_b[k], 1.0, dim)
+        x = v + rng.standard_normal((sizes[k], dim)) * cov_sd
+        y = np.argmax(x @ w.T + b, axis=1)
+        n_test = min(sizes[k] - 1, int(np.floor(cfg.global_test_fraction * sizes[k] + 0.5)))
+        xs_test.append(x[: n_test])
+        ys_test.append(y[: n_test])
+        xs_train.append(x[n_test:])
+        ys_train.append(y[n_test:])
+    counts = np.array([len(y) for y in ys_train], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    clients = [np.arange(s, s + c, dtype=np.int64) for s, c in zip(starts, counts)]
+    x_train, y_train = np.concatenate(xs_train), np.concatenate(ys_train)
+    if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_train):
+        keep_per_client = np.minimum(_proportional(counts, cfg.max_train_samples, minimum=1), counts)
+        kept = [np.sort(rng.choice(idx, n, replace=False)) for idx, n in zip(clients, keep_per_client)]
+        keep = np.concatenate(kept)
+        x_train, y_train = x_train[keep], y_train[keep]
+        starts = np.concatenate([[0], np.cumsum(keep_per_client)[:-1]])
+        clients = [np.arange(s, s + c, dtype=np.int64) for s, c in zip(starts, keep_per_client)]
+    return Dataset(
+        "synthetic",
+        torch.from_numpy(x_train.astype(np.float32)), torch.from_numpy(y_train.astype(np.int64)),
+        torch.from_numpy(np.concatenate(xs_test).astype(np.float32)),
+        torch.from_numpy(np.concatenate(ys_test).astype(np.int64)),
+        classes, tuple(clients))
+
+
+def _synthetic_sizes(rng: np.random.Generator, num_clients: int, total: int) -> np.ndarray:
+    """FedProx's ``lognormal(4, 2) + 50`` client sizes, rescaled to sum to ``total``."""
+    raw = rng.lognormal(4.0, 2.0, num_clients) + 50.0
+    return _proportional(raw, total, minimum=_SYNTHETIC_MIN_PER_CLIENT)
+
+
+def _proportional(weights: np.ndarray, total: int, minimum: int) -> np.ndarray:
+    """Integers proportional to ``weights`` summing to ``total`` (largest remainders),
+    each raised to ``minimum`` if below it."""
+    share = np.asarray(weights, dtype=np.float64) / float(np.sum(weights)) * total
+    out = np.floor(share).astype(np.int64)
+    short = total - int(out.sum())
+    if short > 0:
+        out[np.argsort(-(share - out), kind="stable")[:short]] += 1
+    return np.maximum(out, minimum)
+
+
+# --------------------------------------------------------------------------- IDX (MNIST family)
+def _load_idx_family(cfg: DatasetConfig, root: Path
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """MNIST, Fashion-MNIST or EMNIST through torchvision, after checking the files."""
+    import torchvision.datasets as tvd
+
+    make: Callable[..., Any]
+    if cfg.name == "mnist":
+        title, folder, make, classes = "MNIST", "MNIST", tvd.MNIST, 10
+        names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    elif cfg.name == "fashion_mnist":
+        title, folder, make, classes = "Fashion-MNIST", "FashionMNIST", tvd.FashionMNIST, 10
+        names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    else:
+        split = cfg.emnist_split
+        title, folder = f"EMNIST ({split})", "EMNIST"
+        classes = len(tvd.EMNIST.classes_split_dict[split]) - (1 if split == "letters" else 0)
+
+        def make(root: str, train: bool, download: bool) -> Any:
+            return tvd.EMNIST(root, split=split, train=train, download=download)
+
+        names = [f"emnist-{split}-{part}-{kind}-idx{nd}-ubyte"
+                 for part in ("train", "test") for kind, nd in (("images", 3), ("labels", 1))]
+    raw = root / folder / "raw"
+    paths = [raw / n for n in names]
+    if cfg.download and not all(p.is_file() or _gz(p).is_file() for p in paths):
+        _download(title, root, lambda: make(str(root), train=True, download=True))
+    for p in paths:
+        _ensure_plain(p, title, root)
+    for img, lbl in ((paths[0], paths[1]), (paths[2], paths[3])):
+        n_img = _check_idx(img, 3)[0]
+        n_lbl = _check_idx(lbl, 1)[0]
+        if n_img != n_lbl:
+            raise DatasetError(f"dataset.root: {img} holds {n_img} images but {lbl} holds {n_lbl} labels; "
+                               "the files do not belong together, replace them")
+    tensors = []
+    for train in (True, False):
+        try:
+            ds = make(str(root), train=train, download=False)
+        except (RuntimeError, AssertionError, ValueError, TypeError, OSError) as err:
+            raise DatasetError(f"dataset.root: could not read {title} from {raw} ({_one_line(err)}); "
+                               "delete the files and download them again") from err
+        x = ds.data
+        y = ds.targets
+        if cfg.name == "emnist":
+            x = x.transpose(1, 2)
+            if cfg.emnist_split == "letters":
+                y = y - 1
+        _check_labels(y, classes, paths[1] if train else paths[3])
+        tensors += [x.unsqueeze(1), y]
+    return tensors[0], tensors[1], tensors[2], tensors[3], classes
+
+
+def _gz(path: Path) -> Path:
+    return path.with_name(path.name + ".gz")
+
+
+def _ensure_plain(path: Path, title: str, root: Path) -> None:
+    """Make sure the uncompressed file exists, decompressing ``<file>.gz`` if needed."""
+    if path.is_file():
+        return
+    gz = _gz(path)
+    if not gz.is_file():
+        raise DatasetError(f"dataset.root: {title} not found under {root} (expected {path}[.gz]); "
+                           "put the files there or set dataset.download: true")
+    tmp = path.with_name(path.name + ".part")
+    try:
+        with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(tmp, path)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(f"dataset.root: {gz} is truncated or corrupt ({_one_line(err)}); "
+                           "delete it and put a good copy there or set dataset.download: true") from err
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(f"dataset.root: cannot decompress {gz} into {path} ({_one_line(err)}); "
+                           "decompress it yourself or make the folder writable") from err
+
+
+def _check_idx(path: Path, ndim: int) -> tuple[int, ...]:
+    """Validate an IDX ubyte file's header against its size; return its dimensions."""
+    size = path.stat().st_size
+    header_len = 4 + 4 * ndim
+    with open(path, "rb") as f:
+        header = f.read(header_len)
+    bad = len(header) < header_len or header[:3] != b"\x00\x00\x08" or header[3] != ndim
+    dims = tuple(int.from_bytes(header[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)) if not bad else ()
+    expected = header_len + int(np.prod(dims)) if not bad else -1
+    if bad or size != expected:
+        what = "not an IDX ubyte file" if bad else f"expected {expected} bytes, found {size}"
+        raise DatasetError(f"dataset.root: {path} is truncated or corrupt ({what}); "
+                           "delete it and put a good copy there or set dataset.download: true")
+    return dims
+
+
+def _download(title: str, root: Path, fetch: Callable[[], Any]) -> None:
+    try:
+        fetch()
+    except (RuntimeError, OSError, ValueError) as err:
+        raise DatasetError(f"dataset.download: could not download {title} into {root} ({_one_line(err)}); "
+                           "check the network or put the files there yourself") from err
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return (text[:200] + "...") if len(text) > 200 else (text or type(err).__name__)
+
+
+# --------------------------------------------------------------------------- CIFAR
+def _load_cifar(cfg: DatasetConfig, root: Path
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """CIFAR-10/100 python pickles, read here (download through torchvision)."""
+    import torchvision.datasets as tvd
+
+    if cfg.name == "cifar10":
+        title, folder, tv_cls, classes, key = "CIFAR-10", "cifar-10-batches-py", tvd.CIFAR10, 10, "labels"
+        train_files = [f"data_batch_{i}" for i in range(1, 6)]
+        test_files = ["test_batch"]
+    else:
+        title, folder, tv_cls, classes, key = "CIFAR-100", "cifar-100-python", tvd.CIFAR100, 100, "fine_labels"
+        train_files, test_files = ["train"], ["test"]
+    base = root / folder
+    if cfg.download and not all((base / f).is_file() for f in train_files + test_files):
+        _download(title, root, lambda: tv_cls(str(root), train=True, download=True))
+    for f in train_files + test_files:
+        if not (base / f).is_file():
+            raise DatasetError(f"dataset.root: {title} not found under {root} (expected {base / f}); "
+                               "put the files there or set dataset.download: true")
+    out = []
+    for files in (train_files, test_files):
+        xs, ys = zip(*(_read_cifar_batch(base / f, key, classes) for f in files))
+        out += [torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))]
+    return out[0], out[1], out[2], out[3], classes
+
+
+def _read_cifar_batch(path: Path, key: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR pickle: images (N, 3, 32, 32) uint8 and int64 labels."""
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+        data = np.asarray(entry["data"], dtype=np.uint8)
+        labels = np.asarray(entry[key], dtype=np.int64)
+        images = data.reshape(-1, 3, 32, 32)
+    except Exception as err:  # any unpickling or layout failure means a broken file
+        raise DatasetError(f"dataset.root: {path} is truncated or corrupt ({type(err).__name__}: "
+                           f"{_one_line(err)}); delete it and put a good copy there or set dataset.download: true"
+                           ) from err
+    if len(images) != len(labels):
+        raise DatasetError(f"dataset.root: {path} holds {len(images)} images but {len(labels)} labels; "
+                           "the file is corrupt, replace it")
+    _check_labels(torch.from_numpy(labels), num_classes, path)
+    return np.ascontiguousarray(images), labels

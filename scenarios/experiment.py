@@ -1,0 +1,118 @@
+"""One run, end to end: scenario → federation, population, algorithm → clock on the runtime."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from fedclock.actors.runtime import Runtime
+from fedclock.algorithms.base import Algorithm
+from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.registry import get_algorithm
+from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.results import ResultsWriter
+from fedclock.scenarios.schema import AsyncMode, Scenario
+from fedclock.scheduling.availability import population_availability
+from fedclock.scheduling.clock import APPLIED, DROPPED, Clock, TaskCosts
+from fedclock.scheduling.devices import Devices
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What the final table shows for one run."""
+
+    name: str
+    algorithm: str
+    mode: str
+    global_accuracy: float
+    personal_accuracy_mean: float
+    personal_accuracy_p10: float
+    virtual_time: float
+    wall_time: float
+    versions: int
+    rounds: int
+    bytes_moved: int
+    tasks_applied: int
+    stragglers_dropped: int
+    mean_staleness: float
+    stop_reason: str
+    out_dir: Path
+
+
+def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
+    """Instantiate the scenario's algorithm for the federation's input shape and classes."""
+    factory = ModelFactory(scenario.model.name, federation.input_shape, federation.num_classes,
+                           tuple(scenario.model.hidden))
+    return get_algorithm(scenario.algorithm.name)(scenario.algorithm.params, factory)
+
+
+def describe_availability(scenario: Scenario) -> list[str]:
+    """A short text per client naming its availability model."""
+    labels = [scenario.population.availability.type] * scenario.population.num_clients
+    for group in scenario.population.clients:
+        if group.availability is not None:
+            a = group.availability
+            text = f"periodic_missing(period={a.period})" if a.type == "periodic_missing" else a.type
+            for cid in group.ids:
+                labels[cid] = text
+    return labels
+
+
+def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
+                 on_progress: Callable[[float, int, int, float | None], None] | None = None,
+                 federation: Federation | None = None) -> RunSummary:
+    """Run one scenario on ``runtime`` and write its results under ``out_dir``."""
+    started = time.perf_counter()
+    seed = scenario.seed
+    if federation is None:
+        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed)
+    algorithm = make_algorithm(scenario, federation)
+    devices = Devices.draw(scenario.population, seed)
+    availability = population_availability(scenario.population, seed)
+    session = runtime.session(scenario.runtime, federation, algorithm, seed,
+                              scenario.evaluation.batch_size, scenario.evaluation.personalized)
+    writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress)
+    costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work)
+    clock = Clock(devices=devices, availability=availability, client_sizes=federation.client_sizes(), costs=costs,
+                  mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
+                  backend=session, recorder=writer, seed=seed)
+    reason = clock.run()
+    writer.write_clients(_client_table(scenario, federation, devices, writer))
+    writer.flush()
+    totals = writer.totals
+    last = writer.last_metrics
+    return RunSummary(
+        name=scenario.name, algorithm=scenario.algorithm.name, mode=scenario.mode.type,
+        global_accuracy=last.get("global_accuracy", float("nan")),
+        personal_accuracy_mean=last.get("personal_accuracy_mean", float("nan")),
+        personal_accuracy_p10=last.get("personal_accuracy_p10", float("nan")),
+        virtual_time=clock.env.now, wall_time=time.perf_counter() - started, versions=clock.version,
+        rounds=clock.round if not isinstance(scenario.mode, AsyncMode) else clock.version,
+        bytes_moved=totals.bytes_total, tasks_applied=totals.applied, stragglers_dropped=totals.dropped,
+        mean_staleness=totals.staleness_sum / totals.applied if totals.applied else 0.0,
+        stop_reason=reason, out_dir=out_dir)
+
+
+def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
+                  writer: ResultsWriter) -> dict[str, np.ndarray | list]:
+    n = federation.num_clients
+    ev = writer.client_columns()
+    client, status = ev["client"], ev["status"]
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(client[mask], minlength=n)
+
+    everything = np.ones(client.shape[0], dtype=bool)
+    return {
+        "client": np.arange(n), "num_train": federation.client_sizes(),
+        "num_test": np.array([len(i) for i in federation.client_test]),
+        "compute": devices.compute, "down_mbps": devices.down_mbps, "up_mbps": devices.up_mbps,
+        "latency_s": devices.latency_s, "availability": describe_availability(scenario),
+        "tasks": count(everything), "tasks_applied": count(status == APPLIED), "tasks_dropped": count(status == DROPPED),
+        "busy_s": np.bincount(client, weights=ev["busy"], minlength=n),
+        "bytes_down": np.bincount(client, weights=ev["bytes_down"], minlength=n).astype(np.int64),
+        "bytes_up": np.bincount(client, weights=ev["bytes_up"], minlength=n).astype(np.int64),
+    }

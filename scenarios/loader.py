@@ -1,0 +1,282 @@
+"""Scenario files: YAML → validated :class:`Scenario` objects, with one-line errors.
+
+A file describes one run, or several runs to compare under ``runs:``. Each entry of
+``runs`` is merged over the rest of the file (nested sections merge key by key; a section
+whose ``type``/``name``/``dist`` differs from the base's replaces it whole, so the fields of
+another mode or algorithm never leak in). ``--set a.b=v`` overrides a field in every run;
+``--set runs.NAME.a.b=v`` in one run. Values given to ``--set`` are read as YAML scalars.
+
+Every mistake raises :class:`ScenarioError` whose message is one line naming the file, the
+run, the field, the bad value and what is allowed.
+"""
+from __future__ import annotations
+
+import copy
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from fedclock.algorithms.registry import UnknownAlgorithm, get_algorithm
+from fedclock.scenarios.schema import AlgorithmConfig, Scenario
+
+DISCRIMINATORS = ("type", "name", "dist")
+_RELATIVE_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
+
+
+class ScenarioError(Exception):
+    """A mistake in a scenario file or override; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The runs a scenario file declares."""
+
+    name: str
+    description: str
+    runs: tuple[Scenario, ...]
+    source: str
+
+
+# --------------------------------------------------------------------------- reading
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file safely (no object tags)."""
+    if not path.is_file():
+        raise ScenarioError(f"scenario file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{path}: invalid YAML{where}: {problem}") from None
+
+
+def load_suite(path: str | Path, overrides: Sequence[str] = ()) -> Suite:
+    """Load and validate every run of a scenario file."""
+    path = Path(path)
+    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem)
+
+
+def parse_suite(raw: Any, source: str, overrides: Sequence[str] = (), default_name: str = "scenario") -> Suite:
+    """Validate already-parsed YAML."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{source}: the file must be a mapping of sections (got {type(raw).__name__})")
+    base = copy.deepcopy(raw)
+    runs_raw = base.pop("runs", None)
+    base.setdefault("name", default_name)
+    suite_name = str(base["name"])
+    description = str(base.get("description", ""))
+    parsed = [(_parse_override(o, source), o) for o in overrides]
+    if runs_raw is None:
+        merged = [(None, base)]
+    else:
+        if not isinstance(runs_raw, list) or not runs_raw:
+            raise ScenarioError(f"{source}: runs: must be a non-empty list of runs (got {runs_raw!r})")
+        merged = []
+        for i, run in enumerate(runs_raw):
+            if not isinstance(run, dict) or not isinstance(run.get("name"), str):
+                raise ScenarioError(f"{source}: runs[{i}]: each run must be a mapping with a 'name' (got {run!r})")
+            data = copy.deepcopy(base)
+            for key, value in run.items():
+                data[key] = merge(data[key], value) if key in data else copy.deepcopy(value)
+            merged.append((run["name"], data))
+        names = [n for n, _ in merged]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ScenarioError(f"{source}: runs: run names must be unique (repeated: {', '.join(dupes)})")
+    scenarios = []
+    for run_name, data in merged:
+        for (keys, value), text in parsed:
+            if keys[0] == "runs":
+                if len(keys) < 3:
+                    raise ScenarioError(f"{source}: --set {text}: use runs.RUN_NAME.field=value")
+                if keys[1] not in {n for n, _ in merged}:
+                    allowed = ", ".join(str(n) for n, _ in merged)
+                    raise ScenarioError(f"{source}: --set {text}: no run named {keys[1]!r} (allowed: {allowed})")
+                if keys[1] != run_name:
+                    continue
+                keys = keys[2:]
+            _set_path(data, keys, value, source, text)
+        where = f"{source}: run {run_name!r}" if run_name is not None else source
+        scenarios.append(validate_scenario(data, where))
+    return Suite(name=suite_name, description=description, runs=tuple(scenarios), source=source)
+
+
+def merge(base: Any, over: Any) -> Any:
+    """Merge ``over`` into a copy of ``base`` (see the module docstring)."""
+    if not isinstance(base, dict) or not isinstance(over, dict):
+        return copy.deepcopy(over)
+    for key in DISCRIMINATORS:
+        if key in over and key in base and over[key] != base[key]:
+            return copy.deepcopy(over)
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if key in out else copy.deepcopy(value)
+    return out
+
+
+def _parse_override(text: str, source: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ScenarioError(f"--set {text}: expected key=value, e.g. --set algorithm.lr=0.1")
+    key, _, value = text.partition("=")
+    keys = [k for k in key.strip().split(".")]
+    if not all(keys):
+        raise ScenarioError(f"--set {text}: empty part in key {key!r}")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return keys, parsed
+
+
+def _set_path(data: dict, keys: list[str], value: Any, source: str, text: str) -> None:
+    node: Any = data
+    for i, k in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            if not k.isdigit() or int(k) >= len(node):
+                raise ScenarioError(f"--set {text}: {'.'.join(keys[:i + 1])} is not an index of the list")
+            node = node[int(k)]
+            continue
+        nxt = node.get(k)
+        if nxt is None:
+            nxt = node[k] = {}
+        if not isinstance(nxt, (dict, list)):
+            raise ScenarioError(f"--set {text}: {'.'.join(keys[:i + 1])} is a value, not a section")
+        node = nxt
+    last = keys[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ScenarioError(f"--set {text}: {'.'.join(keys)} is not an index of the list")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+# --------------------------------------------------------------------------- validation
+def validate_scenario(data: dict, where: str) -> Scenario:
+    """Validate one run's merged data."""
+    data = dict(data)
+    algo = data.get("algorithm")
+    if algo is None:
+        raise ScenarioError(f"{where}: algorithm: missing section (e.g. algorithm: {{name: fedavg}})")
+    if not isinstance(algo, dict):
+        raise ScenarioError(f"{where}: algorithm: must be a mapping with a name (got {algo!r})")
+    algo = dict(algo)
+    name = algo.pop("name", None)
+    if not isinstance(name, str):
+        raise ScenarioError(f"{where}: algorithm.name: missing or not a string (got {name!r})")
+    try:
+        cls = get_algorithm(name)
+    except UnknownAlgorithm as exc:
+        raise ScenarioError(f"{where}: {exc.args[0]}") from None
+    try:
+        params = cls.Params.model_validate(algo)
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
+    data["algorithm"] = AlgorithmConfig(name=name, params=params)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    if scenario.mode.type not in cls.modes:
+        allowed = ", ".join(sorted(cls.modes))
+        raise ScenarioError(f"{where}: mode.type: algorithm {name!r} does not run in {scenario.mode.type} mode "
+                            f"(allowed: {allowed})")
+    problem = cls.mode_problem(scenario.mode)
+    if problem:
+        raise ScenarioError(f"{where}: {problem}")
+    return scenario
+
+
+def format_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> str:
+    """The first error of a validation failure as one line: field path, problem, value."""
+    err = exc.errors(include_url=False)[0]
+    kind = err["type"]
+    raw_loc = tuple(err["loc"])
+    if kind == "extra_forbidden":
+        loc, allowed = _clean_loc(model, raw_loc[:-1])
+        loc += raw_loc[-1:]
+    else:
+        loc, allowed = _clean_loc(model, raw_loc)
+    path = _dotted(prefix + loc)
+    msg = str(err["msg"]).replace("\n", " ")
+    if kind == "extra_forbidden":
+        text = f"unknown field (allowed: {', '.join(allowed)})" if allowed else "unknown field"
+        return f"{path}: {text}"
+    if kind == "missing":
+        return f"{path}: required field is missing"
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        if _RELATIVE_FIELD.match(msg):  # validators start with the field path relative to their model
+            return f"{path}.{msg}" if path else msg
+        return f"{path}: {msg}" if path else msg
+    value = err.get("input")
+    if isinstance(value, (dict, list)):
+        got = f" (got a {'mapping' if isinstance(value, dict) else 'list'})"
+    else:
+        got = f" (got {value!r})"
+    return f"{path}: {msg}{got}" if path else f"{msg}{got}"
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic model classes an annotation may hold (through Optional/Union/list/Annotated)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _model_classes(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, list, tuple):
+        return [m for a in typing.get_args(annotation) for m in _model_classes(a)]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _clean_loc(model: type[BaseModel], loc: tuple) -> tuple[tuple, list[str]]:
+    """Drop union-branch labels from a pydantic error location and return the fields that
+    the innermost model allows."""
+    out: list = []
+    candidates: list[type[BaseModel]] = [model]
+    for part in loc:
+        if isinstance(part, int):
+            out.append(part)
+            continue
+        owner = next((m for m in candidates if part in m.model_fields), None)
+        if owner is not None:
+            out.append(part)
+            candidates = _model_classes(owner.model_fields[part].annotation)
+            continue
+        branch = [m for m in candidates if _tag_of(m) == part]
+        if branch:
+            candidates = branch
+        # anything else is a union-branch label such as 'float' or 'function-after[...]'
+    allowed = sorted({f for m in candidates for f in m.model_fields}) if candidates else []
+    return tuple(out), allowed
+
+
+def _tag_of(model: type[BaseModel]) -> str | None:
+    for key in DISCRIMINATORS:
+        field = model.model_fields.get(key)
+        if field is not None:
+            args = typing.get_args(field.annotation)
+            if len(args) == 1 and isinstance(args[0], str):
+                return args[0]
+    return None

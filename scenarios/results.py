@@ -1,0 +1,182 @@
+"""Result files: metrics.parquet, events.parquet, clients.parquet, scenario.resolved.yaml.
+
+Tables are written incrementally: rows accumulate in memory and the whole file is
+rewritten atomically (temporary file, then rename) at most every ``flush_every_s`` seconds
+and at the end, so at any moment each file on disk is a complete, valid Parquet file
+holding every row up to its last flush.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from fedclock.scenarios.schema import Scenario
+from fedclock.scheduling.clock import APPLIED, DROPPED, Task
+
+EVENTS_SCHEMA = pa.schema([
+    ("task", pa.int64()), ("client", pa.int64()), ("client_task", pa.int64()), ("round", pa.int64()),
+    ("dispatched_at", pa.float64()), ("finished_at", pa.float64()),
+    ("version_dispatched", pa.int64()), ("version_applied", pa.int64()), ("staleness", pa.int64()),
+    ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
+    ("download_s", pa.float64()), ("compute_s", pa.float64()), ("upload_s", pa.float64()), ("comm_s", pa.float64()),
+    ("num_samples", pa.int64()), ("train_loss", pa.float64()), ("status", pa.string()),
+])
+
+METRICS_SCHEMA = pa.schema([
+    ("virtual_time", pa.float64()), ("wall_time", pa.float64()), ("version", pa.int64()), ("round", pa.int64()),
+    ("global_accuracy", pa.float64()), ("global_loss", pa.float64()),
+    ("personal_accuracy_mean", pa.float64()), ("personal_accuracy_p10", pa.float64()),
+    ("personal_accuracy_p90", pa.float64()),
+    ("tasks_applied", pa.int64()), ("tasks_dropped", pa.int64()), ("bytes_total", pa.int64()),
+])
+
+CLIENTS_SCHEMA = pa.schema([
+    ("client", pa.int64()), ("num_train", pa.int64()), ("num_test", pa.int64()),
+    ("compute", pa.float64()), ("down_mbps", pa.float64()), ("up_mbps", pa.float64()), ("latency_s", pa.float64()),
+    ("availability", pa.string()), ("tasks", pa.int64()), ("tasks_applied", pa.int64()),
+    ("tasks_dropped", pa.int64()), ("busy_s", pa.float64()), ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
+])
+
+
+class Table:
+    """Rows of one Parquet file, rewritten atomically on flush."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path = path
+        self.schema = schema
+        self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+        self._dirty = True
+
+    def append(self, row: dict[str, Any]) -> None:
+        for name, values in self.columns.items():
+            values.append(row.get(name))
+        self._dirty = True
+
+    def replace(self, columns: dict[str, Any]) -> None:
+        self.columns = {name: list(columns[name]) for name in self.schema.names}
+        self._dirty = True
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def flush(self) -> None:
+        if not self._dirty:
+            return
+        table = pa.table({n: pa.array(v, type=self.schema.field(n).type) for n, v in self.columns.items()},
+                         schema=self.schema)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.path)
+        self._dirty = False
+
+
+def resolved_dict(scenario: Scenario) -> dict[str, Any]:
+    """The scenario with every default filled in, in the file format (loadable again)."""
+    data = scenario.model_dump(mode="json", exclude={"algorithm"})
+    data["algorithm"] = {"name": scenario.algorithm.name, **scenario.algorithm.params.model_dump(mode="json")}
+    return data
+
+
+@dataclass
+class RunTotals:
+    """Running counts for the metrics rows and the final summary."""
+
+    applied: int = 0
+    dropped: int = 0
+    unfinished: int = 0
+    bytes_total: int = 0
+    staleness_sum: int = 0
+
+
+class ResultsWriter:
+    """The clock's recorder: writes result files and forwards progress."""
+
+    def __init__(self, out_dir: Path, scenario: Scenario, flush_every_s: float,
+                 on_progress: Callable[[float, int, int, float | None], None] | None = None) -> None:
+        self.out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "scenario.resolved.yaml").write_text(
+            yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
+        self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA)
+        self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA)
+        self.clients = Table(out_dir / "clients.parquet", CLIENTS_SCHEMA)
+        self.flush_every_s = flush_every_s
+        self.on_progress = on_progress
+        self.totals = RunTotals()
+        self.started = time.perf_counter()
+        self._last_flush = self.started
+        self.last_accuracy: float | None = None
+        self.last_metrics: dict[str, float] = {}
+        self.flush()
+
+    @property
+    def wall_time(self) -> float:
+        return time.perf_counter() - self.started
+
+    # ------------------------------------------------------------------ Recorder
+    def task_ended(self, task: Task) -> None:
+        t = task.timing
+        self.events.append({
+            "task": task.index, "client": task.client, "client_task": task.client_task, "round": task.round,
+            "dispatched_at": task.dispatched_at, "finished_at": task.ended_at,
+            "version_dispatched": task.version, "version_applied": task.version_applied,
+            "staleness": task.staleness if task.status == APPLIED else None,
+            "bytes_down": task.bytes_down, "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED) else 0,
+            "download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s, "comm_s": t.comm_s,
+            "num_samples": task.num_samples, "train_loss": task.metrics.get("train_loss"), "status": task.status,
+        })
+        totals = self.totals
+        if task.status == APPLIED:
+            totals.applied += 1
+            totals.staleness_sum += int(task.staleness or 0)
+            totals.bytes_total += task.bytes_down + task.bytes_up
+        elif task.status == DROPPED:
+            totals.dropped += 1
+            totals.bytes_total += task.bytes_down + task.bytes_up
+        else:
+            totals.unfinished += 1
+            totals.bytes_total += task.bytes_down
+        self._maybe_flush()
+
+    def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None:
+        self.metrics.append({"virtual_time": now, "wall_time": self.wall_time, "version": version,
+                             "round": round_index, **metrics, "tasks_applied": self.totals.applied,
+                             "tasks_dropped": self.totals.dropped, "bytes_total": self.totals.bytes_total})
+        self.last_accuracy = metrics.get("global_accuracy")
+        self.last_metrics = dict(metrics)
+        self._maybe_flush()
+
+    def progress(self, now: float, version: int, in_flight: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(now, version, in_flight, self.last_accuracy)
+
+    # ------------------------------------------------------------------ files
+    def write_clients(self, columns: dict[str, Any]) -> None:
+        self.clients.replace(columns)
+
+    def _maybe_flush(self) -> None:
+        if time.perf_counter() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        for table in (self.events, self.metrics, self.clients):
+            table.flush()
+        self._last_flush = time.perf_counter()
+
+    def client_columns(self) -> dict[str, np.ndarray]:
+        """Per-client task counts, busy time and bytes from the events so far."""
+        ev = self.events.columns
+        client = np.asarray(ev["client"], dtype=np.int64)
+        status = np.asarray(ev["status"], dtype=object)
+        busy = np.asarray(ev["finished_at"], dtype=np.float64) - np.asarray(ev["dispatched_at"], dtype=np.float64)
+        return {"client": client, "status": status, "busy": busy,
+                "bytes_down": np.asarray(ev["bytes_down"], dtype=np.int64),
+                "bytes_up": np.asarray(ev["bytes_up"], dtype=np.int64)}

@@ -1,0 +1,350 @@
+"""The FL protocol in virtual time (SimPy).
+
+The clock decides *when* things happen; a :class:`Backend` does the real work. Dispatching a
+task starts its real computation at once (on a Ray actor), while the clock schedules the
+task's arrival at ``now + duration``, where the duration comes from the client's device and
+the task's declared bytes and work (see :mod:`fedclock.scheduling.devices`). Arrivals are
+handled in virtual-time order, ties broken by client id, so a scenario gives the same
+events whatever the number of actors.
+
+Two protocols:
+
+* :meth:`Clock.sync_rounds`: each round samples a cohort of idle, available clients,
+  dispatches them, and closes when all have arrived or the deadline passes. Late results are
+  dropped, or (``late_results: include``) handed to the round that closes after they arrive.
+* :meth:`Clock.async_slots`: ``concurrency`` tasks in flight; each arrival is handed to the
+  server at once, and the freed slot goes to an idle, available client.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Protocol, Sequence
+
+import numpy as np
+import simpy
+
+from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
+from fedclock.scheduling.availability import Availability
+from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
+from fedclock.scheduling.rng import Stream, numpy_rng
+
+APPLIED = "applied"
+DROPPED = "dropped"
+FAILED = "failed"
+UNFINISHED = "unfinished"
+
+
+@dataclass(eq=False)
+class Task:
+    """One unit of client work, from dispatch to its end."""
+
+    index: int
+    client: int
+    client_task: int
+    round: int
+    version: int
+    dispatched_at: float
+    timing: TaskTiming
+    bytes_down: int
+    bytes_up: int
+    num_samples: int
+    status: str = "running"
+    staleness: int | None = None
+    version_applied: int | None = None
+    ended_at: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Training metrics the client reported (set by the backend when the task ends)."""
+    late: bool = False
+    """Set when the task's round closed before it arrived."""
+    handle: Any = field(default=None, repr=False)
+    arrival: Any = field(default=None, repr=False)
+
+    @property
+    def finishes_at(self) -> float:
+        return self.dispatched_at + self.timing.total_s
+
+
+@dataclass(frozen=True)
+class TaskCosts:
+    """What one task of the algorithm costs: bytes each way and work per client size."""
+
+    bytes_down: int
+    bytes_up: int
+    work: Callable[[int], float]
+
+
+class Backend(Protocol):
+    """The real compute, as the clock sees it."""
+
+    def start(self, task: Task) -> None:
+        """Begin the task's computation now (non-blocking)."""
+
+    def apply(self, tasks: Sequence[Task]) -> int:
+        """Hand these arrivals (with ``staleness`` set) to the server; return the server version."""
+
+    def release(self, task: Task, keep_state: bool) -> None:
+        """Forget a task whose upload is not used; keep the client's new state if it finished."""
+
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate the current global (and personalized) models."""
+
+
+class Recorder(Protocol):
+    """Where the clock reports what happened."""
+
+    def task_ended(self, task: Task) -> None: ...
+
+    def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None: ...
+
+    def progress(self, now: float, version: int, in_flight: int) -> None: ...
+
+
+class Arrivals:
+    """Results that reached the server, handed out in (arrival time, client id) order."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._heap: list[tuple[float, int, int, Task]] = []
+        self._signal = env.event()
+
+    def land(self, task: Task) -> None:
+        heapq.heappush(self._heap, (task.finishes_at, task.client, task.index, task))
+        if not self._signal.triggered:
+            self._signal.succeed()
+
+    def next(self) -> Generator[simpy.Event, Any, Task]:
+        """Wait for the next arrival. After waking, yield once more at the same instant so
+        every arrival due now has landed before the smallest client id is chosen."""
+        while not self._heap:
+            self._signal = self.env.event()
+            yield self._signal
+        yield self.env.timeout(0)
+        return heapq.heappop(self._heap)[-1]
+
+
+class Clock:
+    """Runs one scenario's protocol in virtual time."""
+
+    def __init__(self, *, devices: Devices, availability: Sequence[Availability], client_sizes: np.ndarray,
+                 costs: TaskCosts, mode: SyncMode | AsyncMode, stop: StopConfig, eval_every: int,
+                 backend: Backend, recorder: Recorder, seed: int) -> None:
+        self.env = simpy.Environment()
+        self.devices = devices
+        self.availability = availability
+        self.client_sizes = client_sizes
+        self.costs = costs
+        self.mode = mode
+        self.stop = stop
+        self.eval_every = eval_every
+        self.backend = backend
+        self.recorder = recorder
+        self.rng = numpy_rng(seed, Stream.COHORT)
+        self.version = 0
+        self.round = 0
+        self.task_count = 0
+        self.client_tasks = np.zeros(len(devices), dtype=np.int64)
+        self.busy: dict[int, Task] = {}
+        self.in_flight: dict[int, Task] = {}
+        self.evaluated_version = -1
+        self.done = self.env.event()
+        self.stop_reason = ""
+        self._waiting_for_clients = False
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> str:
+        """Run until a stop condition; return why it stopped."""
+        protocol = self.sync_rounds() if isinstance(self.mode, SyncMode) else self.async_slots()
+        self.env.process(protocol)
+        if self.stop.virtual_time_s is not None:
+            self.env.process(self._time_budget(self.stop.virtual_time_s))
+        self.evaluate()
+        self.env.run(until=self.done)
+        for task in sorted(self.in_flight.values(), key=lambda t: t.index):
+            self._end(task, UNFINISHED, self.env.now)
+            self.backend.release(task, keep_state=False)
+        self.in_flight.clear()
+        if self.evaluated_version != self.version:
+            self.evaluate()
+        return self.stop_reason
+
+    def _time_budget(self, budget: float) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(budget)
+        self._finish("virtual_time_s")
+
+    def _finish(self, reason: str) -> None:
+        if not self.done.triggered:
+            self.stop_reason = reason
+            self.done.succeed()
+
+    # ------------------------------------------------------------------ sync protocol
+    def sync_rounds(self) -> Generator[simpy.Event, Any, None]:
+        """Barrier rounds over a sampled cohort; optional deadline; late results dropped or
+        included in the round that closes after they arrive."""
+        assert isinstance(self.mode, SyncMode)
+        late_inbox: list[Task] = []
+        while not self.done.triggered:
+            cohort = self.sample_cohort()
+            tasks = [self.dispatch(client) for client in cohort]
+            for task in tasks:
+                task.arrival.callbacks.append(lambda _, t=task: self._sync_arrived(t, late_inbox))
+            if tasks:
+                everyone = self.env.all_of([t.arrival for t in tasks])
+                if self.mode.deadline_s is not None:
+                    yield everyone | self.env.timeout(self.mode.deadline_s)
+                else:
+                    yield everyone
+            elif self.mode.deadline_s is not None:
+                yield self.env.timeout(self.mode.deadline_s)
+            else:
+                yield from self._wait_for_change()
+            # ---- the round closes now
+            punctual = [t for t in tasks if t.finishes_at <= self.env.now]
+            for t in punctual:
+                t.staleness = 0
+                self.busy.pop(t.client, None)
+            for t in tasks:
+                t.late = t.finishes_at > self.env.now
+            late = sorted(late_inbox, key=lambda t: (t.finishes_at, t.client))
+            late_inbox.clear()
+            for t in late:
+                t.staleness = self.version - t.version
+            self.aggregate(punctual + late)
+            self.round += 1
+            if self.stop.rounds is not None and self.round >= self.stop.rounds:
+                self._finish("rounds")
+
+    def _sync_arrived(self, task: Task, late_inbox: list[Task]) -> None:
+        self.busy.pop(task.client, None)
+        if not task.late:
+            return  # punctual: the round closing now (or already at this instant) takes it
+        assert isinstance(self.mode, SyncMode)
+        if self.mode.late_results == "include":
+            late_inbox.append(task)
+        else:
+            self.in_flight.pop(task.index, None)
+            self._end(task, DROPPED, task.finishes_at)
+            self.backend.release(task, keep_state=True)
+
+    def sample_cohort(self) -> list[int]:
+        """Idle, available clients, sampled without replacement, in client-id order."""
+        assert isinstance(self.mode, SyncMode)
+        n = len(self.devices)
+        candidates = [c for c in range(n) if c not in self.busy
+                      and self.availability[c].available(self.env.now, self.round)]
+        if self.mode.cohort_size is not None:
+            want = self.mode.cohort_size
+        elif self.mode.cohort_fraction is not None:
+            want = max(1, math.ceil(self.mode.cohort_fraction * n))
+        else:
+            want = n
+        if len(candidates) <= want:
+            return candidates
+        return sorted(int(c) for c in self.rng.choice(candidates, size=want, replace=False))
+
+    def _wait_for_change(self) -> Generator[simpy.Event, Any, None]:
+        """Nobody can be dispatched: wait until a busy client returns or some client's
+        availability may change; if neither can happen, move to the next round."""
+        wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))),
+                   default=math.inf)
+        events = [t.arrival for t in self.busy.values()]
+        if math.isfinite(wake):
+            events.append(self.env.timeout(wake - self.env.now))
+        if events:
+            yield self.env.any_of(events)
+        else:
+            yield self.env.timeout(0)
+
+    # ------------------------------------------------------------------ async protocol
+    def async_slots(self) -> Generator[simpy.Event, Any, None]:
+        """``concurrency`` tasks in flight; each arrival goes to the server at once and its
+        slot is refilled with an idle, available client."""
+        self._arrivals = Arrivals(self.env)
+        self.fill_slots()
+        while not self.done.triggered:
+            task = yield from self._arrivals.next()
+            self.busy.pop(task.client, None)
+            task.staleness = self.version - task.version
+            self.aggregate([task])
+            if self.stop.versions is not None and self.version >= self.stop.versions:
+                self._finish("versions")
+                return
+            self.fill_slots()
+
+    def fill_slots(self) -> None:
+        """Dispatch idle, available clients until ``concurrency`` tasks are in flight; if
+        slots stay empty, wait for the next availability change to fill them."""
+        assert isinstance(self.mode, AsyncMode)
+        while len(self.in_flight) < self.mode.concurrency:
+            client = self.pick_idle()
+            if client is None:
+                break
+            task = self.dispatch(client)
+            task.arrival.callbacks.append(lambda _, t=task: self._arrivals.land(t))
+        if len(self.in_flight) < self.mode.concurrency and not self._waiting_for_clients:
+            self._waiting_for_clients = True
+            self.env.process(self._wait_for_availability())
+
+    def pick_idle(self) -> int | None:
+        """A uniformly random idle, available client, or None."""
+        candidates = [c for c in range(len(self.devices)) if c not in self.busy
+                      and self.availability[c].available(self.env.now, self.version)]
+        if not candidates:
+            return None
+        return candidates[int(self.rng.integers(len(candidates)))]
+
+    def _wait_for_availability(self) -> Generator[simpy.Event, Any, None]:
+        wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))
+                    if c not in self.busy), default=math.inf)
+        if math.isfinite(wake):
+            yield self.env.timeout(wake - self.env.now)
+        self._waiting_for_clients = False
+        if math.isfinite(wake):
+            self.fill_slots()
+        elif not self.in_flight:
+            self._finish("no_clients_available")
+
+    # ------------------------------------------------------------------ shared steps
+    def dispatch(self, client: int) -> Task:
+        """Send the current model to ``client``: real work starts now, arrival is scheduled
+        at now + duration."""
+        n = int(self.client_sizes[client])
+        timing = task_timing(self.devices[client], self.costs.bytes_down, self.costs.bytes_up, self.costs.work(n))
+        task = Task(index=self.task_count, client=client, client_task=int(self.client_tasks[client]),
+                    round=self.round, version=self.version, dispatched_at=self.env.now, timing=timing,
+                    bytes_down=self.costs.bytes_down, bytes_up=self.costs.bytes_up, num_samples=n)
+        self.task_count += 1
+        self.client_tasks[client] += 1
+        self.busy[client] = task
+        self.in_flight[task.index] = task
+        self.backend.start(task)
+        task.arrival = self.env.timeout(timing.total_s)
+        self.recorder.progress(self.env.now, self.version, len(self.in_flight))
+        return task
+
+    def aggregate(self, tasks: list[Task]) -> None:
+        """Hand arrivals to the server, record them, evaluate on the cadence."""
+        before = self.version
+        if tasks:
+            self.version = self.backend.apply(tasks)
+        for t in tasks:
+            self.in_flight.pop(t.index, None)
+            t.version_applied = self.version
+            self._end(t, APPLIED, t.finishes_at)
+        self.recorder.progress(self.env.now, self.version, len(self.in_flight))
+        if self.version != before and self.version % self.eval_every == 0:
+            self.evaluate()
+
+    def evaluate(self) -> None:
+        metrics = self.backend.evaluate()
+        self.evaluated_version = self.version
+        self.recorder.evaluated(self.env.now, self.version, self.round, metrics)
+        target = self.stop.target_accuracy
+        if target is not None and metrics.get("global_accuracy", 0.0) >= target and self.version > 0:
+            self._finish("target_accuracy")
+
+    def _end(self, task: Task, status: str, at: float) -> None:
+        task.status = status
+        task.ended_at = at
+        self.recorder.task_ended(task)

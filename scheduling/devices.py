@@ -1,0 +1,113 @@
+"""Device and network profiles, and how long a task takes on them.
+
+A task's duration is computed from the client's profile and the task itself, never from
+wall time:
+
+    download = bytes_down * 8 / (down_mbps * 1e6) + latency
+    compute  = work / compute            (work: unit-cost sample passes)
+    upload   = bytes_up * 8 / (up_mbps * 1e6) + latency
+    duration = download + compute + upload
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedclock.scenarios.schema import (ChoiceDist, ConstantDist, DeviceDistributions, LogNormalDist,
+                                       LogUniformDist, PopulationConfig, UniformDist)
+from fedclock.scheduling.rng import Stream, numpy_rng
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One client's device: compute speed in unit-cost samples per second, link speeds in
+    megabits per second, one-way latency in seconds."""
+
+    compute: float
+    down_mbps: float
+    up_mbps: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class TaskTiming:
+    """Phases of one task in virtual seconds."""
+
+    download_s: float
+    compute_s: float
+    upload_s: float
+
+    @property
+    def comm_s(self) -> float:
+        return self.download_s + self.upload_s
+
+    @property
+    def total_s(self) -> float:
+        return self.download_s + self.compute_s + self.upload_s
+
+
+def transfer_seconds(nbytes: int, mbps: float, latency_s: float) -> float:
+    """Time to move ``nbytes`` over a link of ``mbps`` megabits per second."""
+    return nbytes * 8.0 / (mbps * 1e6) + latency_s
+
+
+def task_timing(profile: DeviceProfile, bytes_down: int, bytes_up: int, work: float) -> TaskTiming:
+    """Virtual duration of a task on a device."""
+    return TaskTiming(
+        download_s=transfer_seconds(bytes_down, profile.down_mbps, profile.latency_s),
+        compute_s=work / profile.compute,
+        upload_s=transfer_seconds(bytes_up, profile.up_mbps, profile.latency_s),
+    )
+
+
+class Devices:
+    """Profiles of the whole population, stored as arrays (cheap for many clients)."""
+
+    def __init__(self, compute: np.ndarray, down_mbps: np.ndarray, up_mbps: np.ndarray, latency_s: np.ndarray) -> None:
+        self.compute = compute.astype(np.float64)
+        self.down_mbps = down_mbps.astype(np.float64)
+        self.up_mbps = up_mbps.astype(np.float64)
+        self.latency_s = latency_s.astype(np.float64)
+
+    def __len__(self) -> int:
+        return int(self.compute.shape[0])
+
+    def __getitem__(self, client: int) -> DeviceProfile:
+        return DeviceProfile(float(self.compute[client]), float(self.down_mbps[client]),
+                             float(self.up_mbps[client]), float(self.latency_s[client]))
+
+    @classmethod
+    def draw(cls, population: PopulationConfig, seed: int) -> "Devices":
+        """Draw every client's profile from the population's distributions, then apply the
+        explicit per-client values. Each field has its own stream, so changing one
+        distribution leaves the others' draws unchanged."""
+        n = population.num_clients
+        dists: DeviceDistributions = population.devices
+        arrays = {}
+        for key, field in enumerate(("compute", "down_mbps", "up_mbps", "latency_s")):
+            arrays[field] = sample(getattr(dists, field), n, numpy_rng(seed, Stream.DEVICES, key))
+        for group in population.clients:
+            for field in arrays:
+                value = getattr(group, field)
+                if value is not None:
+                    arrays[field][group.ids] = value
+        return cls(**arrays)
+
+
+def sample(dist: object, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Draw ``n`` values from a scenario distribution (a number means a constant)."""
+    if isinstance(dist, (int, float)):
+        return np.full(n, float(dist))
+    if isinstance(dist, ConstantDist):
+        return np.full(n, dist.value)
+    if isinstance(dist, LogUniformDist):
+        return np.exp(rng.uniform(np.log(dist.low), np.log(dist.high), n))
+    if isinstance(dist, UniformDist):
+        return rng.uniform(dist.low, dist.high, n)
+    if isinstance(dist, LogNormalDist):
+        return dist.median * np.exp(dist.sigma * rng.standard_normal(n))
+    if isinstance(dist, ChoiceDist):
+        p = None if dist.weights is None else np.asarray(dist.weights) / np.sum(dist.weights)
+        return rng.choice(np.asarray(dist.values, dtype=np.float64), size=n, p=p)
+    raise TypeError(f"unknown distribution {dist!r}")

@@ -1,0 +1,42 @@
+"""Seeded random streams.
+
+Every random draw in a run comes from a generator seeded by (scenario seed, stream, keys…),
+e.g. (seed, TASK, client, task index). Nothing depends on global RNG state, the number of
+actors or the order in which Ray happens to run things.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+import torch
+
+
+class Stream(IntEnum):
+    """Independent random streams of a run."""
+
+    TASK = 1
+    DEVICES = 2
+    AVAILABILITY = 3
+    COHORT = 4
+    SERVER = 5
+    INIT = 6
+    DATA = 7
+
+
+def seed_for(seed: int, stream: Stream, *keys: int) -> int:
+    """A 63-bit seed derived from the scenario seed, a stream and integer keys."""
+    state = np.random.SeedSequence([int(seed), int(stream), *(int(k) for k in keys)]).generate_state(2, np.uint64)
+    return int((int(state[0]) << 1 ^ int(state[1])) & ((1 << 63) - 1))
+
+
+def numpy_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:
+    """A NumPy generator for (seed, stream, keys)."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(stream), *(int(k) for k in keys)]))
+
+
+def torch_rng(seed: int, stream: Stream, *keys: int) -> torch.Generator:
+    """A CPU torch generator for (seed, stream, keys)."""
+    gen = torch.Generator()
+    gen.manual_seed(seed_for(seed, stream, *keys))
+    return gen

@@ -1,0 +1,51 @@
+"""FedAvg (Async): equal-weight mean of punctual and stale models."""
+from __future__ import annotations
+
+import torch
+
+from fedclock.algorithms.base import Arrival, ClientData, ServerState
+from fedclock.algorithms.fedavg_async import FedAvgAsync, FedAvgAsyncParams
+from fedclock.algorithms.models import ModelFactory
+
+TINY = ModelFactory("logistic", (1,), 2)
+
+
+def model_arrival(client: int, weights: list[float], n: int, staleness: int) -> Arrival:
+    return Arrival(client=client, upload={"weights": torch.tensor(weights)}, num_samples=n,
+                   version_dispatched=4 - staleness, staleness=staleness)
+
+
+def gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def test_equal_weight_mean_including_stale_model() -> None:
+    alg = FedAvgAsync(FedAvgAsyncParams(), TINY)
+    w = torch.tensor([100.0, 100.0, 100.0])
+    state = ServerState(tensors={"weights": w}, version=4)
+    arrivals = [model_arrival(0, [1, 2, 3], 10, 0), model_arrival(1, [3, 0, 3], 1000, 0),
+                model_arrival(2, [-1, 4, 0], 1, 3)]  # the last one is stale, its n tiny
+    new, changed = alg.server_receive(state, arrivals, gen())
+    expected = torch.tensor([(1 + 3 - 1) / 3, (2 + 0 + 4) / 3, (3 + 3 + 0) / 3])
+    torch.testing.assert_close(new.tensors["weights"], expected)
+    assert changed and new.version == 5
+    assert torch.equal(w, torch.full((3,), 100.0))
+
+
+def test_empty_round_is_no_version() -> None:
+    alg = FedAvgAsync(FedAvgAsyncParams(), TINY)
+    state = ServerState(tensors={"weights": torch.ones(3)}, version=4)
+    new, changed = alg.server_receive(state, [], gen())
+    assert not changed and new.version == 4
+
+
+def test_client_uploads_model() -> None:
+    factory = ModelFactory("logistic", (3,), 2)
+    alg = FedAvgAsync(FedAvgAsyncParams(lr=0.1, local_steps=2), factory)
+    state = alg.init_server(gen())
+    x, y = torch.randn(6, 3, generator=gen()), torch.tensor([0, 1, 0, 1, 1, 0])
+    result = alg.client_update(alg.payload_for(state, 1), None, ClientData(1, x, y, x[:0], y[:0]), gen())
+    assert set(result.upload) == {"weights"}
+    assert result.upload["weights"].shape == (factory.num_params,)
+    assert not torch.equal(result.upload["weights"], state.tensors["weights"])
+    assert FedAvgAsync.name == "fedavg_async" and FedAvgAsync.modes == frozenset({"sync"})
