@@ -87,6 +87,10 @@ class RayClientExecutor(ClientExecutor):
         return super().evaluate(clients, _resolve(payloads), _resolve(states), batch_size)
 
 
+class ResourceError(Exception):
+    """The runtime settings ask for more than the cluster has (a user's mistake, one line)."""
+
+
 def default_num_actors(cfg: RuntimeConfig, num_clients: int, cpus: float) -> int:
     """Dedicated: one per client; otherwise as many as the CPUs fit (at least one)."""
     if cfg.placement == "dedicated":
@@ -165,6 +169,10 @@ class Runtime:
                 evaluation_batch: int, personalized: bool) -> "Session":
         """Prepare the actors for one run and return its backend."""
         count = default_num_actors(cfg, federation.num_clients, self.cpus)
+        if self.backend == "ray" and count * cfg.num_cpus > self.cpus + 1e-9:
+            raise ResourceError(
+                f"runtime.num_cpus: {count} client actors x {cfg.num_cpus:g} CPUs need {count * cfg.num_cpus:g} CPUs, "
+                f"the Ray cluster has {self.cpus:g}; lower runtime.num_cpus, runtime.num_actors, or use pooled placement")
         executors = self._executors(cfg, count)
         server = self._server_actor(cfg)
         t = self.transport

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import fedclock.scenarios as scenarios_pkg
+from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, read_yaml
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides.append(f"runtime.backend={args.backend}")
         suite = load_suite(resolve_path(args.file), overrides)
         return _run(suite, args.out, quiet=args.quiet)
-    except (ScenarioError, DatasetError, UsageError) as exc:
+    except (ScenarioError, DatasetError, UsageError, ResourceError) as exc:
         print(f"fedclock: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:

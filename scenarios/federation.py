@@ -54,8 +54,8 @@ class Federation:
 
     def client_data(self, client: int, device: torch.device | str = "cpu") -> ClientData:
         """Client ``client``'s train and test tensors, copied onto ``device``."""
-        train = torch.as_tensor(self.client_train[client].tolist(), dtype=torch.long)
-        test = torch.as_tensor(self.client_test[client].tolist(), dtype=torch.long)
+        train = torch.from_numpy(np.array(self.client_train[client], dtype=np.int64))  # a writable copy
+        test = torch.from_numpy(np.array(self.client_test[client], dtype=np.int64))
         return ClientData(client=client,
                           x_train=self.x[train].to(device), y_train=self.y[train].to(device),
                           x_test=self.x[test].to(device), y_test=self.y[test].to(device))

@@ -1,0 +1,47 @@
+"""Shared fixtures: one Ray instance per test session, and small scenario builders."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from fedclock.scenarios.loader import parse_suite
+from fedclock.scenarios.schema import Scenario
+
+
+@pytest.fixture(scope="session")
+def ray_runtime() -> Iterator[Any]:
+    """A Ray runtime (2 CPUs, no dashboard) shared by every test that needs real actors."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    from fedclock.actors.runtime import Runtime
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    runtime = Runtime("ray")
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+        ray.shutdown()
+
+
+def scenario(**sections: Any) -> Scenario:
+    """A one-run scenario from sections given as dicts (validated like a file)."""
+    data = {"name": "test", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [8]},
+            "population": {"num_clients": 3}, "algorithm": {"name": "fedavg"}, "stop": {"rounds": 2}}
+    data.update(sections)
+    return parse_suite(data, "test").runs[0]
+
+
+@pytest.fixture
+def make_scenario() -> Any:
+    return scenario
+
+
+def read_table(path: Path) -> Any:
+    import pandas as pd
+
+    return pd.read_parquet(path)
