@@ -44,6 +44,27 @@ class Suite:
 
 
 # --------------------------------------------------------------------------- reading
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML loader that rejects a key repeated in one mapping (PyYAML would silently
+    keep the last one, so ``lr`` given twice would hide a mistake)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # unhashable key: the base constructor reports it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (each key may appear once per section)", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file safely (no object tags)."""
     if not path.is_file():
@@ -53,7 +74,7 @@ def read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -70,7 +91,9 @@ def load_suite(path: str | Path, overrides: Sequence[str] = ()) -> Suite:
 def parse_suite(raw: Any, source: str, overrides: Sequence[str] = (), default_name: str = "scenario") -> Suite:
     """Validate already-parsed YAML."""
     if not isinstance(raw, dict):
-        raise ScenarioError(f"{source}: the file must be a mapping of sections (got {type(raw).__name__})")
+        got = "an empty file" if raw is None else f"a {'list' if isinstance(raw, list) else type(raw).__name__}"
+        raise ScenarioError(f"{source}: the file must be a mapping of sections such as name:, algorithm:, stop: "
+                            f"(got {got})")
     base = copy.deepcopy(raw)
     runs_raw = base.pop("runs", None)
     base.setdefault("name", default_name)
@@ -100,6 +123,9 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[str] = (), default_na
             if keys[0] == "runs":
                 if len(keys) < 3:
                     raise ScenarioError(f"{source}: --set {text}: use runs.RUN_NAME.field=value")
+                if runs_raw is None:
+                    raise ScenarioError(f"{source}: --set {text}: this file has no runs: section; "
+                                        f"use --set {'.'.join(keys[2:])}=... to set it")
                 if keys[1] not in {n for n, _ in merged}:
                     allowed = ", ".join(str(n) for n, _ in merged)
                     raise ScenarioError(f"{source}: --set {text}: no run named {keys[1]!r} (allowed: {allowed})")
@@ -146,6 +172,8 @@ def _set_path(data: dict, keys: list[str], value: Any, source: str, text: str) -
             if not k.isdigit() or int(k) >= len(node):
                 raise ScenarioError(f"--set {text}: {'.'.join(keys[:i + 1])} is not an index of the list")
             node = node[int(k)]
+            if not isinstance(node, (dict, list)):
+                raise ScenarioError(f"--set {text}: {'.'.join(keys[:i + 1])} is a value, not a section")
             continue
         nxt = node.get(k)
         if nxt is None:
