@@ -105,7 +105,7 @@ class SPFLCNN(FedModel):
                          {"conv": ("body.0.", "body.3."), "fc": ("body.7.", "head.")})
 
 
-MODEL_NAMES = ("mlp", "logistic", "cnn5", "spfl_cnn")
+MODEL_NAMES = ("mlp", "logistic", "cnn5", "spfl_cnn", "resnet18_gn")
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,10 @@ class ModelFactory:
             return CNN5(self.input_shape, self.num_classes)
         if self.name == "spfl_cnn":
             return SPFLCNN(self.input_shape, self.num_classes)
+        if self.name == "resnet18_gn":
+            from fedclock.algorithms.resnet import ResNet18GN
+
+            return ResNet18GN(self.input_shape, self.num_classes)
         raise ValueError(f"model.name: unknown model {self.name!r} (allowed: {', '.join(MODEL_NAMES)})")
 
     # ------------------------------------------------------------------ layout

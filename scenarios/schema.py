@@ -103,7 +103,7 @@ class DatasetConfig(StrictModel):
 class ModelConfig(StrictModel):
     """Network architecture; input shape and classes come from the dataset."""
 
-    name: Literal["mlp", "cnn5", "spfl_cnn", "logistic"] = "mlp"
+    name: Literal["mlp", "cnn5", "spfl_cnn", "logistic", "resnet18_gn"] = "mlp"
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [128], description="MLP hidden widths")
 
 

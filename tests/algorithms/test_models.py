@@ -1,0 +1,39 @@
+"""Models: output shapes, body/head split of the flat vector, named stages."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedclock.algorithms.models import MODEL_NAMES, ModelFactory
+
+SHAPES = {"mlp": (1, 8, 8), "logistic": (1, 8, 8), "cnn5": (1, 28, 28), "spfl_cnn": (1, 28, 28),
+          "resnet18_gn": (3, 32, 32)}
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_model_shapes_and_parts(name: str) -> None:
+    factory = ModelFactory(name, SHAPES[name], 7, (16,))
+    model = factory.build()
+    x = torch.randn(2, *SHAPES[name])
+    assert model(x).shape == (2, 7)
+    flat = factory.flatten(model)
+    assert flat.numel() == factory.num_params == sum(p.numel() for p in model.parameters())
+    # body then head cover the whole vector; the head is the last linear layer
+    assert factory.body.stop == factory.head.start and factory.head.stop == factory.num_params
+    assert factory.head.stop - factory.head.start == model.head.weight.numel() + model.head.bias.numel()
+    # stages partition the parameters
+    stages = factory.stage_slices()
+    covered = torch.cat(list(stages.values()))
+    assert sorted(covered.tolist()) == list(range(factory.num_params))
+
+
+def test_resnet18_gn_structure() -> None:
+    factory = ModelFactory("resnet18_gn", (3, 32, 32), 10)
+    model = factory.build()
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert norms and all(m.num_groups == 2 for m in norms)
+    assert list(factory.stage_slices()) == ["stem", "layer1", "layer2", "layer3", "layer4", "head"]
+    assert model.features(torch.randn(1, 3, 64, 64)).shape == (1, 512)  # TinyImageNet size
+    # ResNet-18: 11.17M parameters with a 10-class head (GroupNorm has the same affine count as BatchNorm)
+    assert factory.num_params == 11_173_962
