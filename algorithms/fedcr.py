@@ -111,7 +111,7 @@ class FedCR(Algorithm[FedCRParams]):
     """FedCR: Personalized Federated Learning Based on Across-Client Common Representation
     with Conditional Mutual Information Regularization.
 
-    Zhang, Li, Li, Xu et al., ICML 2023. Facts checked against the paper and the authors'
+    Zhang, Li, Dai, Zou, Xiong, ICML 2023. Facts checked against the paper and the authors'
     public code (haozzh/FedCR); no code copied.
 
     Model (**choice**, an algorithm-owned wrapper): the scenario's model with its head
