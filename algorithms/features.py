@@ -1,0 +1,70 @@
+"""Helpers for algorithms that work with the body's features and a body/head split.
+
+* :func:`feature_dim`: the width of the body's output h(x; u) for a model factory;
+* :func:`join_parts`: a flat weight vector from a body part and a head part;
+* :func:`class_feature_stats`: per-class counts, sums and sums of squared norms of a
+  feature map over a data set, computed without gradients in fixed-size chunks;
+* :func:`part_steps`: the number of mini-batch steps of a given number of local epochs.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from fedclock.algorithms.models import ModelFactory
+
+
+def feature_dim(factory: ModelFactory, features: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] | None = None
+                ) -> int:
+    """Width of the features of ``factory``'s model on one all-zero input (by default the
+    model's ``features``: the body output)."""
+    model = factory.build().eval()
+    fn = features or (lambda m, x: m.features(x))  # type: ignore[operator]
+    with torch.no_grad():
+        out = fn(model, torch.zeros(1, *factory.input_shape))
+    return int(out.reshape(1, -1).shape[1])
+
+
+def join_parts(factory: ModelFactory, body: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+    """The flat weights whose body slice is ``body`` and head slice is ``head``."""
+    flat = torch.empty(factory.num_params, dtype=torch.float32)
+    flat[factory.body] = body.detach().to(device="cpu", dtype=torch.float32)
+    flat[factory.head] = head.detach().to(device="cpu", dtype=torch.float32)
+    return flat
+
+
+@torch.no_grad()
+def class_feature_stats(features: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                        num_classes: int, chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-class statistics of ``features(x)`` (a ``(n, d)`` map) over a data set.
+
+    Returns float64 CPU tensors ``counts`` ``(C,)`` (samples per class), ``sums`` ``(C, d)``
+    (sum of the feature vectors of each class) and ``sq_norms`` ``(C,)`` (sum of their squared
+    Euclidean norms). With no samples, ``sums`` has width 0.
+    """
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    sums: torch.Tensor | None = None
+    sq = torch.zeros(num_classes, dtype=torch.float64)
+    for start in range(0, int(y.shape[0]), chunk):
+        f = features(x[start:start + chunk]).reshape(min(chunk, int(y.shape[0]) - start), -1).to("cpu", torch.float64)
+        onehot = F.one_hot(y[start:start + chunk].to("cpu"), num_classes).to(torch.float64)
+        counts += onehot.sum(0)
+        part = onehot.T @ f
+        sums = part if sums is None else sums + part
+        sq += onehot.T @ (f * f).sum(1)
+    if sums is None:
+        sums = torch.zeros(num_classes, 0, dtype=torch.float64)
+    return counts, sums, sq
+
+
+def part_steps(epochs: float, num_samples: int, batch_size: int) -> int:
+    """Mini-batch steps of ``epochs`` passes over ``num_samples`` samples (at least one)."""
+    per_epoch = max(1, -(-num_samples // batch_size))
+    return max(1, round(epochs * per_epoch))
+
+
+FORWARD_ONLY_COST = 1.0 / 3.0
+"""Cost of a forward pass without backward, relative to a training pass (forward + backward,
+the backward taking about twice the forward): what a statistics pass over the data charges."""
