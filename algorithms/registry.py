@@ -9,8 +9,14 @@ from fedclock.algorithms.fedbuff import FedBuff
 from fedclock.algorithms.fedcr import FedCR
 from fedclock.algorithms.fedpac import FedPAC
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff,
-                                                                      FedPAC, FedCR)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
+    FedAsync,
+    FedAvg,
+    FedAvgAsync,
+    FedBuff,
+    FedCR,
+    FedPAC,
+)}
 
 
 class UnknownAlgorithm(KeyError):
