@@ -91,3 +91,16 @@ def test_mistakes_are_one_line_errors(sections: dict[str, Any], message: str) ->
     text = str(info.value)
     assert "\n" not in text and text.startswith("f.yaml: ")
     assert message in text, text
+
+
+@pytest.mark.parametrize("stem", ["completeness_fednova", "completeness_fednova_quick"])
+def test_shipped_completeness_scenarios_validate(stem: str) -> None:
+    from pathlib import Path
+
+    import fedclock.scenarios as pkg
+    from fedclock.scenarios.loader import load_suite
+
+    suite = load_suite(Path(pkg.__file__).parent / "library" / "heterogeneity" / f"{stem}.yaml")
+    assert [s.name for s in suite.runs] == ["fedavg", "fedavg-steps", "fednova"]
+    assert {s.algorithm.name for s in suite.runs} == {"fedavg", "fednova"}
+    assert all(isinstance(s.population.completeness, RandomFraction) for s in suite.runs)
