@@ -146,12 +146,12 @@ class ResultsWriter:
             totals.staleness_sum += int(task.staleness or 0)
             totals.bytes_total += task.bytes_down + task.bytes_up
         elif task.status in (DROPPED, TIMED_OUT):
-            totals.dropped += task.status == DROPPED
-            totals.timed_out += task.status == TIMED_OUT
+            totals.dropped += int(task.status == DROPPED)
+            totals.timed_out += int(task.status == TIMED_OUT)
             totals.bytes_total += task.bytes_down + task.bytes_up
         else:
-            totals.lost += task.status == LOST
-            totals.unfinished += task.status != LOST
+            totals.lost += int(task.status == LOST)
+            totals.unfinished += int(task.status != LOST)
             totals.bytes_total += task.bytes_down
         self._maybe_flush()
 
