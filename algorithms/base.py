@@ -17,7 +17,8 @@ tiny tensors. The runtime calls its hooks in this order:
 
 Algorithms also declare what they cost, so virtual time is computed from the task itself:
 ``download_bytes``/``upload_bytes`` (the real sizes of the tensors they send) and
-``work(num_samples)`` (sample passes times per-sample cost).
+``work(num_samples)`` (sample passes times per-sample cost); a task that runs only part of
+the local steps costs ``work_for_steps(num_samples, steps)``.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import simpy
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
-from fedclock.scenarios.schema import AsyncMode, StopConfig
+from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.clock import LOST, Clock, Task, TaskCosts
 from fedclock.scheduling.devices import Devices
 from fedclock.scheduling.availability import Always
@@ -252,3 +252,24 @@ def test_scripted_connection_loss_hook() -> None:
     plain.dispatch(0)  # a running task on a clock without a timeout
     with pytest.raises(ValueError, match="mode.task_timeout_s: required"):
         plain.lose_connection(0)
+
+
+def test_scripted_connection_loss_in_sync_mode_holds_the_barrier_until_the_timeout() -> None:
+    n = 3
+    devices = Devices(np.full(n, 10.0), np.full(n, 1e6), np.full(n, 1e6), np.zeros(n))
+    recorder = FakeRecorder()
+    clock = Clock(devices=devices, availability=[Always()] * n, client_sizes=np.full(n, 10),
+                  costs=TaskCosts(0, 0, lambda k: 20.0), mode=SyncMode(task_timeout_s=5.0),
+                  stop=StopConfig(rounds=2), eval_every=100, backend=FakeBackend(), recorder=recorder, seed=0)
+
+    def script(env: simpy.Environment) -> Any:
+        yield env.timeout(1.0)
+        assert clock.lose_connection(0)
+
+    clock.env.process(script(clock.env))
+    assert clock.run() == "rounds"
+    by_index = {t.index: t for t in recorder.ended}
+    assert by_index[0].status == LOST and by_index[0].ended_at == pytest.approx(5.0)
+    assert [by_index[i].status for i in (1, 2)] == ["applied", "applied"]
+    assert {by_index[i].dispatched_at for i in (3, 4, 5)} == {5.0}  # round 1 opens at the give-up
+    assert clock.version == 2
