@@ -6,6 +6,8 @@ result, so any executor can serve any client and a lost executor costs only a re
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from fedclock.algorithms.base import Algorithm, ClientData, EvalResult, Tensors
@@ -35,13 +37,21 @@ class ClientExecutor:
         assert self.federation is not None, "executor used before setup()"
         return self.federation.client_data(client, device=self.device)
 
-    def train(self, client: int, client_task: int, payload: Tensors,
-              client_state: Tensors | None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
-        """One task: local work from the payload, seeded by (seed, client, task index)."""
+    def train(self, client: int, client_task: int, payload: Tensors, client_state: Tensors | None,
+              steps: int | None = None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
+        """One task: local work from the payload, seeded by (seed, client, task index).
+        ``steps`` is the number of local steps the clock assigned (None: the full count).
+        The returned metrics always hold ``"steps"``, the steps the client reports it ran."""
         assert self.algorithm is not None, "executor used before setup()"
         rng = torch_rng(self.seed, Stream.TASK, client, client_task)
-        result = self.algorithm.client_update(payload, client_state, self._data(client), rng)
-        return result.upload, result.state, result.metrics
+        data = self._data(client)
+        if steps is not None:
+            data = dataclasses.replace(data, steps=steps)
+        result = self.algorithm.client_update(payload, client_state, data, rng)
+        metrics = dict(result.metrics)
+        done = result.steps if result.steps is not None else metrics.get("steps")
+        metrics["steps"] = float(self.algorithm.task_steps(data) if done is None else done)
+        return result.upload, result.state, metrics
 
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:

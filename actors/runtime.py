@@ -233,13 +233,14 @@ class Session:
         payload = self._payload_for(task.client)
         state = self.client_state.get(task.client)
         upload, new_state, metrics = self.t.call(self.executors[slot], "train", task.client, task.client_task,
-                                                 payload, state, num_returns=3)
+                                                 payload, state, task.steps, num_returns=3)
         task.handle = (slot, upload, new_state, metrics)
 
     def apply(self, tasks: Sequence[Task]) -> int:
-        meta = [(t.client, t.num_samples, t.version, int(t.staleness or 0)) for t in tasks]
-        version = self.t.get(self.t.call(self.server, "receive", meta, *[t.handle[1] for t in tasks]))
         metrics = self.t.get([t.handle[3] for t in tasks])
+        meta = [(t.client, t.num_samples, t.version, int(t.staleness or 0), int(m["steps"]))
+                for t, m in zip(tasks, metrics)]
+        version = self.t.get(self.t.call(self.server, "receive", meta, *[t.handle[1] for t in tasks]))
         for t, m in zip(tasks, metrics):
             self._finish(t, keep_state=True)
             t.metrics = dict(m)

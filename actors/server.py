@@ -32,12 +32,12 @@ class Server:
         assert self.algorithm is not None and self.state is not None, "server used before setup()"
         return self.algorithm.payload_for(self.state, client)
 
-    def receive(self, meta: list[tuple[int, int, int, int]], *uploads: Tensors) -> int:
-        """Apply arrivals, given as (client, num_samples, version_dispatched, staleness) and
-        their uploads in the same order; return the server version."""
+    def receive(self, meta: list[tuple[int, int, int, int, int | None]], *uploads: Tensors) -> int:
+        """Apply arrivals, given as (client, num_samples, version_dispatched, staleness, steps)
+        and their uploads in the same order; return the server version."""
         assert self.algorithm is not None and self.state is not None, "server used before setup()"
-        arrivals = [Arrival(client=c, upload=u, num_samples=n, version_dispatched=v, staleness=s)
-                    for (c, n, v, s), u in zip(meta, uploads)]
+        arrivals = [Arrival(client=c, upload=u, num_samples=n, version_dispatched=v, staleness=s, steps=k)
+                    for (c, n, v, s, k), u in zip(meta, uploads)]
         rng = torch_rng(self.seed, Stream.SERVER, self.receives)
         self.receives += 1
         state, changed = self.algorithm.server_receive(self.state, arrivals, rng)

@@ -6,7 +6,10 @@ tiny tensors. The runtime calls its hooks in this order:
 * ``init_server(rng)`` once, on the server, giving the initial :class:`ServerState`;
 * ``payload_for(state, client)`` on the server when a task is dispatched: what goes down;
 * ``client_update(payload, client_state, data, rng)`` on a client executor: local work,
-  returning what goes up, the client's persistent state and training metrics;
+  returning what goes up, the client's persistent state and training metrics. The clock
+  decides how many local steps the task runs (``data.steps``, fewer than the full count
+  when the client completes only part of its work); every algorithm runs
+  :meth:`Algorithm.task_steps` steps and reports the steps it ran in its result;
 * ``server_receive(state, arrivals, rng)`` on the server: a synchronous algorithm gets the
   round's cohort, an asynchronous one gets one arrival at a time, each with its staleness;
   it returns the new state and whether the global model changed (a new server version);
@@ -14,7 +17,8 @@ tiny tensors. The runtime calls its hooks in this order:
 
 Algorithms also declare what they cost, so virtual time is computed from the task itself:
 ``download_bytes``/``upload_bytes`` (the real sizes of the tensors they send) and
-``work(num_samples)`` (sample passes times per-sample cost).
+``work(num_samples)`` (sample passes times per-sample cost); a task that runs only part of
+the local steps costs ``work_for_steps(num_samples, steps)``.
 """
 from __future__ import annotations
 
@@ -64,6 +68,9 @@ class ClientData:
     y_train: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
+    steps: int | None = None
+    """Local steps this task runs, decided by the clock at dispatch (partial work); None
+    means the algorithm's full count :meth:`Algorithm.local_steps`."""
 
     @property
     def num_train(self) -> int:
@@ -79,17 +86,22 @@ class ClientResult:
     state: Tensors | None
     num_samples: int
     metrics: dict[str, float] = field(default_factory=dict)
+    steps: int | None = None
+    """Local steps the client ran (None: taken from ``metrics["steps"]``, which
+    :func:`~fedclock.algorithms.training.local_sgd` counts)."""
 
 
 @dataclass
 class Arrival:
-    """An upload as the server sees it."""
+    """An upload as the server sees it. ``steps`` is the number of local steps the client
+    reported (None when unknown, e.g. in hand-built tests)."""
 
     client: int
     upload: Tensors
     num_samples: int
     version_dispatched: int
     staleness: int
+    steps: int | None = None
 
 
 @dataclass
@@ -207,11 +219,22 @@ class Algorithm(ABC, Generic[P]):
         per_epoch = max(1, -(-num_samples // p.batch_size))
         return max(1, round(p.local_epochs * per_epoch))
 
+    def task_steps(self, data: ClientData) -> int:
+        """Steps this task runs: the clock's ``data.steps`` if set, else the full count."""
+        return data.steps if data.steps is not None else self.local_steps(data.num_train)
+
     def work(self, num_samples: int) -> float:
         """Unit-cost sample passes of one task (what the device's compute speed divides)."""
         steps = self.local_steps(num_samples)
         per_step = min(self.params.batch_size, max(num_samples, 1))
         return steps * per_step * self.sample_cost
+
+    def work_for_steps(self, num_samples: int, steps: int) -> float:
+        """Work of a task that runs ``steps`` of the ``local_steps(num_samples)`` steps: the
+        full task's :meth:`work` scaled by the share of steps run (so a subclass that
+        overrides :meth:`work` is charged consistently)."""
+        full = self.local_steps(num_samples)
+        return self.work(num_samples) * steps / full
 
 
 def evaluate_flat(model: nn.Module, factory: ModelFactory, weights: torch.Tensor, x: torch.Tensor,

@@ -1,7 +1,7 @@
 """FedAvg (McMahan et al. 2017), the synchronous baseline."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -16,6 +16,8 @@ class FedAvgParams(AlgorithmParams):
 
     server_lr: float = Field(default=1.0, gt=0, description="server learning rate eta_g applied to the "
                              "weighted mean delta")
+    weighting: Literal["samples", "steps"] = Field(
+        default="samples", description="weight of a delta: its client's samples n_p, or the local steps tau_p it ran")
 
 
 class FedAvg(Algorithm[FedAvgParams]):
@@ -30,6 +32,10 @@ class FedAvg(Algorithm[FedAvgParams]):
       = ``server_lr``, 1 gives the paper's weighted model average). An empty cohort leaves
       the state and the version unchanged (returns ``False``); otherwise the version
       advances by one. If every arrival reports zero samples, the deltas get equal weight.
+    * ``weighting: steps`` replaces ``n_p`` by the local steps ``tau_p`` each client reported
+      (``Arrival.steps``; clients may do partial work): ``w <- w + eta_g * sum_p (tau_p /
+      sum_q tau_q) Delta_p``, equal weights if every client ran zero steps. This is a
+      heuristic option, not the paper's rule (see FedNova for the principled correction).
     * Late results: with the sync mode's ``late_results: drop`` this is the SPFL/PLGA
       paper's "FedAvg (Sync)". With ``include``, a stale arrival (dispatched in an earlier
       round, ``staleness > 0``) is folded into the round it arrives in with exactly the same
@@ -62,11 +68,20 @@ class FedAvg(Algorithm[FedAvgParams]):
         if not arrivals:
             return state, False
         weights = state.tensors["weights"]
-        total = sum(a.num_samples for a in arrivals)
+        sizes = [a.num_samples for a in arrivals] if self.params.weighting == "samples" else \
+            [arrival_steps(a) for a in arrivals]
+        total = sum(sizes)
         step = torch.zeros_like(weights)
-        for a in arrivals:
-            coef = a.num_samples / total if total > 0 else 1.0 / len(arrivals)
+        for a, size in zip(arrivals, sizes):
+            coef = size / total if total > 0 else 1.0 / len(arrivals)
             step.add_(a.upload["delta"].to(step), alpha=coef)
         new_weights = weights + self.params.server_lr * step
         return ServerState(tensors={**state.tensors, "weights": new_weights}, version=state.version + 1,
                            extra=dict(state.extra)), True
+
+
+def arrival_steps(arrival: Arrival) -> int:
+    """The local steps an arrival reports; an error when the runtime did not pass them."""
+    if arrival.steps is None:
+        raise ValueError(f"arrival from client {arrival.client} does not say how many local steps it ran")
+    return arrival.steps

@@ -7,6 +7,7 @@ from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.fedavg_async import FedAvgAsync
 from fedclock.algorithms.fedbuff import FedBuff
 from fedclock.algorithms.fedcr import FedCR
+from fedclock.algorithms.fednova import FedNova
 from fedclock.algorithms.fedpac import FedPAC
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
@@ -15,6 +16,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedAvgAsync,
     FedBuff,
     FedCR,
+    FedNova,
     FedPAC,
 )}
 

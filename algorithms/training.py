@@ -119,7 +119,8 @@ def local_sgd(model: nn.Module, factory: ModelFactory, start_weights: torch.Tens
     Parameters outside ``trainable`` (default: all) are frozen for the task.
 
     Returns the final flat float32 weights (a CPU copy) and ``{"train_loss": mean over
-    steps of the batch loss before each step (without extra_loss), "steps": steps}``. With no
+    steps of the batch loss before each step (without extra_loss), "steps": the number of
+    optimizer steps taken (counted in the loop)}``. With no
     training samples or ``steps == 0`` the start weights come back unchanged and
     ``train_loss`` is NaN.
     """
@@ -140,6 +141,7 @@ def local_sgd(model: nn.Module, factory: ModelFactory, start_weights: torch.Tens
     optimizer = torch.optim.SGD(moving, lr=params.lr, momentum=params.momentum, weight_decay=params.weight_decay)
     device = data.x_train.device
     loss_sum = torch.zeros((), device=device)
+    done = 0
     was_training = model.training
     model.train()
     try:
@@ -165,18 +167,20 @@ def local_sgd(model: nn.Module, factory: ModelFactory, start_weights: torch.Tens
             if params.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(moving, params.max_grad_norm)
             optimizer.step()
+            done += 1
             loss_sum += first[0]
     finally:
         model.zero_grad(set_to_none=True)
         for p, flag in zip(all_params, saved_flags):
             p.requires_grad_(flag)
         model.train(was_training)
-    return factory.flatten(model), {"train_loss": float(loss_sum) / steps, "steps": steps}
+    return factory.flatten(model), {"train_loss": float(loss_sum) / done, "steps": done}
 
 
 def train_from(algorithm: Algorithm, start_weights: torch.Tensor, data: ClientData, rng: torch.Generator,
                extra_loss: ExtraLoss | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """:func:`local_sgd` on ``algorithm``'s workspace with its params and step count
-    (``algorithm.local_steps(data.num_train)``): the common client step of the baselines."""
+    """:func:`local_sgd` on ``algorithm``'s workspace with its params and the task's step
+    count (``algorithm.task_steps(data)``: the clock's ``data.steps`` when the client does
+    partial work, else the full count): the common client step of the baselines."""
     return local_sgd(algorithm.workspace, algorithm.model_factory, start_weights, data, algorithm.params, rng,
-                     algorithm.local_steps(data.num_train), extra_loss)
+                     algorithm.task_steps(data), extra_loss)

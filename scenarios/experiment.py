@@ -16,8 +16,9 @@ from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.results import ResultsWriter
 from fedclock.scenarios.schema import AsyncMode, Scenario
 from fedclock.scheduling.availability import population_availability
-from fedclock.scheduling.clock import APPLIED, DROPPED, Clock, TaskCosts
-from fedclock.scheduling.devices import Devices
+from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Clock, TaskCosts
+from fedclock.scheduling.devices import Devices, task_timing
+from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class RunSummary:
     mean_staleness: float
     stop_reason: str
     out_dir: Path
+    tasks_lost: int = 0
 
 
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
@@ -75,10 +77,12 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress)
-    costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work)
+    costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work,
+                      local_steps=algorithm.local_steps, work_for_steps=algorithm.work_for_steps)
+    work_and_links = _work_and_links(scenario, federation, devices, costs)
     clock = Clock(devices=devices, availability=availability, client_sizes=federation.client_sizes(), costs=costs,
                   mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
-                  backend=session, recorder=writer, seed=seed)
+                  backend=session, recorder=writer, seed=seed, work_and_links=work_and_links)
     reason = clock.run()
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     writer.flush()
@@ -91,9 +95,30 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         personal_accuracy_p10=last.get("personal_accuracy_p10", float("nan")),
         virtual_time=clock.env.now, wall_time=time.perf_counter() - started, versions=clock.version,
         rounds=clock.round if not isinstance(scenario.mode, AsyncMode) else clock.version,
-        bytes_moved=totals.bytes_total, tasks_applied=totals.applied, stragglers_dropped=totals.dropped,
+        bytes_moved=totals.bytes_total, tasks_applied=totals.applied,
+        stragglers_dropped=totals.dropped + totals.timed_out,
         mean_staleness=totals.staleness_sum / totals.applied if totals.applied else 0.0,
-        stop_reason=reason, out_dir=out_dir)
+        stop_reason=reason, out_dir=out_dir, tasks_lost=totals.lost)
+
+
+def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices, costs: TaskCosts) -> WorkAndLinks:
+    """Completeness and connectivity of the population; a timeout no task could meet is a
+    user's mistake (:class:`~fedclock.scenarios.loader.ScenarioError`)."""
+    from fedclock.scenarios.loader import ScenarioError
+
+    wl = WorkAndLinks(scenario.population, scenario.mode, scenario.seed)
+    sizes = federation.client_sizes()
+    assert costs.local_steps is not None and costs.work_for_steps is not None
+
+    def duration(client: int, steps: int) -> float:
+        work = costs.work_for_steps(int(sizes[client]), steps)  # type: ignore[misc]
+        return task_timing(devices[client], costs.bytes_down, costs.bytes_up, work).total_s
+
+    try:
+        wl.check_timeout(federation.num_clients, lambda c: costs.local_steps(int(sizes[c])), duration)  # type: ignore[misc]
+    except TimeoutTooShort as exc:
+        raise ScenarioError(f"{scenario.name}: {exc}") from None
+    return wl
 
 
 def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
@@ -115,4 +140,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "busy_s": np.bincount(client, weights=ev["busy"], minlength=n),
         "bytes_down": np.bincount(client, weights=ev["bytes_down"], minlength=n).astype(np.int64),
         "bytes_up": np.bincount(client, weights=ev["bytes_up"], minlength=n).astype(np.int64),
+        "tasks_lost": count(status == LOST), "tasks_timed_out": count(status == TIMED_OUT),
     }

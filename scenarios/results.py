@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from fedclock.scenarios.schema import Scenario
-from fedclock.scheduling.clock import APPLIED, DROPPED, Task
+from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Task
 
 EVENTS_SCHEMA = pa.schema([
     ("task", pa.int64()), ("client", pa.int64()), ("client_task", pa.int64()), ("round", pa.int64()),
@@ -28,6 +28,7 @@ EVENTS_SCHEMA = pa.schema([
     ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
     ("download_s", pa.float64()), ("compute_s", pa.float64()), ("upload_s", pa.float64()), ("comm_s", pa.float64()),
     ("num_samples", pa.int64()), ("train_loss", pa.float64()), ("status", pa.string()),
+    ("steps", pa.int64()), ("steps_full", pa.int64()),
 ])
 
 METRICS_SCHEMA = pa.schema([
@@ -43,6 +44,7 @@ CLIENTS_SCHEMA = pa.schema([
     ("compute", pa.float64()), ("down_mbps", pa.float64()), ("up_mbps", pa.float64()), ("latency_s", pa.float64()),
     ("availability", pa.string()), ("tasks", pa.int64()), ("tasks_applied", pa.int64()),
     ("tasks_dropped", pa.int64()), ("busy_s", pa.float64()), ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
+    ("tasks_lost", pa.int64()), ("tasks_timed_out", pa.int64()),
 ])
 
 
@@ -92,6 +94,8 @@ class RunTotals:
     applied: int = 0
     dropped: int = 0
     unfinished: int = 0
+    lost: int = 0
+    timed_out: int = 0
     bytes_total: int = 0
     staleness_sum: int = 0
 
@@ -129,20 +133,25 @@ class ResultsWriter:
             "dispatched_at": task.dispatched_at, "finished_at": task.ended_at,
             "version_dispatched": task.version, "version_applied": task.version_applied,
             "staleness": task.staleness if task.status == APPLIED else None,
-            "bytes_down": task.bytes_down, "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED) else 0,
+            "bytes_down": task.bytes_down,
+            "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED, TIMED_OUT) else 0,
             "download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s, "comm_s": t.comm_s,
             "num_samples": task.num_samples, "train_loss": task.metrics.get("train_loss"), "status": task.status,
+            "steps": int(task.metrics["steps"]) if "steps" in task.metrics else task.steps,
+            "steps_full": task.steps_full,
         })
         totals = self.totals
         if task.status == APPLIED:
             totals.applied += 1
             totals.staleness_sum += int(task.staleness or 0)
             totals.bytes_total += task.bytes_down + task.bytes_up
-        elif task.status == DROPPED:
-            totals.dropped += 1
+        elif task.status in (DROPPED, TIMED_OUT):
+            totals.dropped += int(task.status == DROPPED)
+            totals.timed_out += int(task.status == TIMED_OUT)
             totals.bytes_total += task.bytes_down + task.bytes_up
         else:
-            totals.unfinished += 1
+            totals.lost += int(task.status == LOST)
+            totals.unfinished += int(task.status != LOST)
             totals.bytes_total += task.bytes_down
         self._maybe_flush()
 

@@ -14,6 +14,9 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
 
+from fedclock.scenarios.heterogeneity_schema import (CompletenessConfig, ConnectivityConfig, FullWork, Reliable,
+                                                     TimeBudget, can_lose)
+
 
 class StrictModel(BaseModel):
     """Frozen model that rejects unknown keys."""
@@ -207,6 +210,8 @@ class ClientOverride(StrictModel):
     up_mbps: PositiveFloat | None = None
     latency_s: NonNegativeFloat | None = None
     availability: AvailabilityConfig | None = None
+    completeness: CompletenessConfig | None = None
+    connectivity: ConnectivityConfig | None = None
 
 
 class PopulationConfig(StrictModel):
@@ -214,6 +219,8 @@ class PopulationConfig(StrictModel):
     devices: DeviceDistributions = Field(default_factory=DeviceDistributions)
     availability: AvailabilityConfig = Field(default_factory=AlwaysAvailable)
     clients: list[ClientOverride] = Field(default_factory=list)
+    completeness: CompletenessConfig = Field(default_factory=FullWork, description="share of the local work a task does")
+    connectivity: ConnectivityConfig = Field(default_factory=Reliable, description="whether a task's result may be lost")
 
     @model_validator(mode="after")
     def _ids_in_range(self) -> "PopulationConfig":
@@ -236,6 +243,8 @@ class SyncMode(StrictModel):
     late_results: Literal["drop", "include"] = Field(
         default="drop", description="a result arriving after its round closed: dropped, or averaged into the round "
         "that closes after it arrives")
+    task_timeout_s: PositiveFloat | None = Field(
+        default=None, description="the server gives up on a task not back this long after its dispatch")
 
     @model_validator(mode="after")
     def _one_cohort_rule(self) -> "SyncMode":
@@ -251,6 +260,9 @@ class AsyncMode(StrictModel):
 
     type: Literal["async"]
     concurrency: Annotated[int, Field(ge=1)] = 4
+    task_timeout_s: PositiveFloat | None = Field(
+        default=None, description="the server gives up on a task not back this long after its dispatch (its slot "
+        "is freed then)")
 
 
 ModeConfig = Annotated[Union[SyncMode, AsyncMode], Field(discriminator="type")]
@@ -336,4 +348,20 @@ class Scenario(StrictModel):
         if self.runtime.placement == "dedicated" and self.runtime.num_actors not in (None, self.population.num_clients):
             raise ValueError(f"runtime.num_actors: dedicated placement gives one actor per client "
                              f"({self.population.num_clients}); leave it unset or use placement 'pooled'")
+        return self
+
+    @model_validator(mode="after")
+    def _work_and_links_fit(self) -> "Scenario":
+        pop = self.population
+        lossy = can_lose(pop.connectivity) or any(can_lose(g.connectivity) for g in pop.clients)
+        if lossy and self.mode.task_timeout_s is None:
+            raise ValueError("mode.task_timeout_s: required when population.connectivity may lose tasks "
+                             "(the server learns of a lost task only by this timeout)")
+        budgets = [("population.completeness", pop.completeness)] + [
+            (f"population.clients[{i}].completeness", g.completeness) for i, g in enumerate(pop.clients)]
+        for where, cfg in budgets:
+            if isinstance(cfg, TimeBudget) and cfg.budget_s is None and \
+                    not (isinstance(self.mode, SyncMode) and self.mode.deadline_s is not None):
+                raise ValueError(f"{where}.budget_s: required unless mode is sync with deadline_s "
+                                 f"(then the round deadline is the budget)")
         return self

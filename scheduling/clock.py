@@ -14,6 +14,14 @@ Two protocols:
   dropped, or (``late_results: include``) handed to the round that closes after they arrive.
 * :meth:`Clock.async_slots`: ``concurrency`` tasks in flight; each arrival is handed to the
   server at once, and the freed slot goes to an idle, available client.
+
+Incomplete work and lost connections (:mod:`fedclock.scheduling.heterogeneity`): at dispatch
+the clock decides how many local steps the task runs (its duration follows from them) and
+whether the client loses its connection. With ``mode.task_timeout_s`` the server gives up on
+a task not back ``task_timeout_s`` after its dispatch: a lost task ends ``lost`` then (its
+client is idle again), a slow one ``timed_out`` (its client stays busy until it really
+finishes; the result is discarded). In async mode the slot is freed at the give-up.
+:meth:`Clock.lose_connection` drops a running task's connection from outside (scripted).
 """
 from __future__ import annotations
 
@@ -28,12 +36,15 @@ import simpy
 from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.availability import Availability
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
+from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 APPLIED = "applied"
 DROPPED = "dropped"
 FAILED = "failed"
 UNFINISHED = "unfinished"
+LOST = "lost"
+TIMED_OUT = "timed_out"
 
 
 @dataclass(eq=False)
@@ -60,10 +71,30 @@ class Task:
     """Set when the task's round closed before it arrived."""
     handle: Any = field(default=None, repr=False)
     arrival: Any = field(default=None, repr=False)
+    """Fires when the server hears back or gives up (at :attr:`settles_at`)."""
+    steps: int | None = None
+    """Local steps the clock assigned to the task (None: the algorithm's full count)."""
+    steps_full: int | None = None
+    """The algorithm's full local step count for this client."""
+    gives_up_at: float | None = None
+    """When the server gives up on the task (lost, or slower than the timeout); None when
+    its result reaches the server."""
+    lost: bool = False
+    """The client lost its connection: the result never comes back."""
+    started: bool = False
+    """The backend computes the task (lost-at-dispatch tasks are never computed)."""
+    client_free: Any = field(default=None, repr=False)
+    """Fires when the client can take new work (its arrival, or its real finish after a
+    give-up)."""
 
     @property
     def finishes_at(self) -> float:
         return self.dispatched_at + self.timing.total_s
+
+    @property
+    def settles_at(self) -> float:
+        """When the server hears back or gives up."""
+        return self.gives_up_at if self.gives_up_at is not None else self.finishes_at
 
 
 @dataclass(frozen=True)
@@ -73,6 +104,11 @@ class TaskCosts:
     bytes_down: int
     bytes_up: int
     work: Callable[[int], float]
+    local_steps: Callable[[int], int] | None = None
+    """Full local step count per client size; with ``work_for_steps`` the clock assigns
+    every task its number of steps (partial work)."""
+    work_for_steps: Callable[[int, int], float] | None = None
+    """Work of a task of (client size, steps)."""
 
 
 class Backend(Protocol):
@@ -129,7 +165,8 @@ class Clock:
 
     def __init__(self, *, devices: Devices, availability: Sequence[Availability], client_sizes: np.ndarray,
                  costs: TaskCosts, mode: SyncMode | AsyncMode, stop: StopConfig, eval_every: int,
-                 backend: Backend, recorder: Recorder, seed: int) -> None:
+                 backend: Backend, recorder: Recorder, seed: int,
+                 work_and_links: WorkAndLinks | None = None) -> None:
         self.env = simpy.Environment()
         self.devices = devices
         self.availability = availability
@@ -151,6 +188,10 @@ class Clock:
         self.done = self.env.event()
         self.stop_reason = ""
         self._waiting_for_clients = False
+        self.work_and_links = work_and_links
+        self.task_timeout_s: float | None = getattr(mode, "task_timeout_s", None)
+        self.draining: dict[int, Task] = {}
+        """Tasks the server gave up on whose clients are still computing them."""
 
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
@@ -163,8 +204,12 @@ class Clock:
         self.env.run(until=self.done)
         for task in sorted(self.in_flight.values(), key=lambda t: t.index):
             self._end(task, UNFINISHED, self.env.now)
-            self.backend.release(task, keep_state=False)
+            if task.started:
+                self.backend.release(task, keep_state=False)
         self.in_flight.clear()
+        for task in sorted(self.draining.values(), key=lambda t: t.index):
+            self.backend.release(task, keep_state=False)
+        self.draining.clear()
         if self.evaluated_version != self.version:
             self.evaluate()
         return self.stop_reason
@@ -200,7 +245,7 @@ class Clock:
             else:
                 yield from self._wait_for_change()
             # ---- the round closes now
-            punctual = [t for t in tasks if t.finishes_at <= self.env.now]
+            punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= self.env.now]
             for t in punctual:
                 t.staleness = 0
                 self.busy.pop(t.client, None)
@@ -216,6 +261,9 @@ class Clock:
                 self._finish("rounds")
 
     def _sync_arrived(self, task: Task, late_inbox: list[Task]) -> None:
+        if task.gives_up_at is not None:
+            self._give_up(task)
+            return
         self.busy.pop(task.client, None)
         if not task.late:
             return  # punctual: the round closing now (or already at this instant) takes it
@@ -248,7 +296,7 @@ class Clock:
         availability may change; if neither can happen, move to the next round."""
         wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))),
                    default=math.inf)
-        events = [t.arrival for t in self.busy.values()]
+        events = [t.client_free for t in self.busy.values()]
         if math.isfinite(wake):
             events.append(self.env.timeout(wake - self.env.now))
         if events:
@@ -281,7 +329,7 @@ class Clock:
             if client is None:
                 break
             task = self.dispatch(client)
-            task.arrival.callbacks.append(lambda _, t=task: self._arrivals.land(t))
+            task.arrival.callbacks.append(lambda _, t=task: self._async_settled(t))
         if len(self.in_flight) < self.mode.concurrency and not self._waiting_for_clients:
             self._waiting_for_clients = True
             self.env.process(self._wait_for_availability())
@@ -302,7 +350,7 @@ class Clock:
         self._waiting_for_clients = False
         if math.isfinite(wake):
             self.fill_slots()
-        elif not self.in_flight:
+        elif not self.in_flight and not self.draining:
             self._finish("no_clients_available")
 
     # ------------------------------------------------------------------ shared steps
@@ -310,16 +358,29 @@ class Clock:
         """Send the current model to ``client``: real work starts now, arrival is scheduled
         at now + duration."""
         n = int(self.client_sizes[client])
-        timing = task_timing(self.devices[client], self.costs.bytes_down, self.costs.bytes_up, self.costs.work(n))
-        task = Task(index=self.task_count, client=client, client_task=int(self.client_tasks[client]),
+        client_task = int(self.client_tasks[client])
+        steps, full = self._assign_steps(client, client_task, n)
+        work = self.costs.work(n) if steps is None else self.costs.work_for_steps(n, steps)  # type: ignore[misc]
+        timing = task_timing(self.devices[client], self.costs.bytes_down, self.costs.bytes_up, work)
+        task = Task(index=self.task_count, client=client, client_task=client_task,
                     round=self.round, version=self.version, dispatched_at=self.env.now, timing=timing,
-                    bytes_down=self.costs.bytes_down, bytes_up=self.costs.bytes_up, num_samples=n)
+                    bytes_down=self.costs.bytes_down, bytes_up=self.costs.bytes_up, num_samples=n,
+                    steps=steps, steps_full=full)
         self.task_count += 1
         self.client_tasks[client] += 1
         self.busy[client] = task
         self.in_flight[task.index] = task
-        self.backend.start(task)
-        task.arrival = self.env.timeout(timing.total_s)
+        if self.work_and_links is not None and self.work_and_links.loses(client, client_task, timing.total_s):
+            task.lost = True
+            task.gives_up_at = self.env.now + self.task_timeout_s  # type: ignore[operator]
+        elif self.task_timeout_s is not None and timing.total_s > self.task_timeout_s:
+            task.gives_up_at = self.env.now + self.task_timeout_s
+        if not task.lost:  # a lost result is never used: skip its computation
+            self.backend.start(task)
+            task.started = True
+        task.arrival = self.env.event()
+        task.client_free = task.arrival
+        self._arm(task)
         self.recorder.progress(self.env.now, self.version, len(self.in_flight))
         return task
 
@@ -348,3 +409,83 @@ class Clock:
         task.status = status
         task.ended_at = at
         self.recorder.task_ended(task)
+
+    # ------------------------------------------------------------------ partial work, lost links
+    def _assign_steps(self, client: int, client_task: int, num_samples: int) -> tuple[int | None, int | None]:
+        """(steps this task runs, the full count); (None, None) when the costs do not
+        declare steps (every task then does the algorithm's full work)."""
+        if self.costs.local_steps is None or self.costs.work_for_steps is None:
+            return None, None
+        full = self.costs.local_steps(num_samples)
+        if self.work_and_links is None:
+            return full, full
+        profile = self.devices[client]
+        work_for = self.costs.work_for_steps
+
+        def duration(steps: int) -> float:
+            return task_timing(profile, self.costs.bytes_down, self.costs.bytes_up, work_for(num_samples, steps)).total_s
+
+        return self.work_and_links.steps(client, client_task, full, duration), full
+
+    def _arm(self, task: Task) -> None:
+        """Schedule the task to settle (arrive or be given up) at ``task.settles_at``; a
+        later change of ``settles_at`` (:meth:`lose_connection`) supersedes this timer."""
+        at = task.settles_at
+        timer = self.env.timeout(max(0.0, at - self.env.now))
+        timer.callbacks.append(lambda _, t=task, at=at: self._settle(t, at))
+
+    def _settle(self, task: Task, at: float) -> None:
+        if not task.arrival.triggered and task.settles_at == at:
+            task.arrival.succeed()
+
+    def _async_settled(self, task: Task) -> None:
+        if task.gives_up_at is not None:
+            self._give_up(task)
+        else:
+            self._arrivals.land(task)
+
+    def _give_up(self, task: Task) -> None:
+        """The server stops waiting for ``task`` (now, at ``task.gives_up_at``)."""
+        self.in_flight.pop(task.index, None)
+        self._end(task, LOST if task.lost else TIMED_OUT, self.env.now)
+        if task.lost:
+            if self.busy.get(task.client) is task:
+                del self.busy[task.client]
+            if task.started:
+                self.backend.release(task, keep_state=False)
+        else:
+            self.draining[task.index] = task
+            task.client_free = self.env.event()
+            back = self.env.timeout(task.finishes_at - self.env.now)
+            back.callbacks.append(lambda _, t=task: self._client_back(t))
+        self.recorder.progress(self.env.now, self.version, len(self.in_flight))
+        if isinstance(self.mode, AsyncMode) and not self.done.triggered:
+            self.fill_slots()
+
+    def _client_back(self, task: Task) -> None:
+        """A timed-out task really finished: its client is idle again; its result is
+        discarded but its new state kept (as for a dropped late result)."""
+        if self.draining.pop(task.index, None) is None:
+            return  # the run ended first and released it
+        if self.busy.get(task.client) is task:
+            del self.busy[task.client]
+        self.backend.release(task, keep_state=True)
+        task.client_free.succeed()
+        if isinstance(self.mode, AsyncMode) and not self.done.triggered:
+            self.fill_slots()
+
+    def lose_connection(self, client: int) -> bool:
+        """Scripted connection loss: ``client``'s running task (if its result has not yet
+        reached the server) never comes back; the server gives up on it at its dispatch
+        time + ``mode.task_timeout_s``. Returns whether a task was lost. Meant for timeline
+        events; needs ``task_timeout_s``."""
+        task = self.busy.get(client)
+        if task is None or task.index not in self.in_flight or task.lost or task.finishes_at <= self.env.now:
+            return False
+        if self.task_timeout_s is None:
+            raise ValueError("mode.task_timeout_s: required to lose connections (the server learns of a lost task "
+                             "only by this timeout)")
+        task.lost = True
+        task.gives_up_at = task.dispatched_at + self.task_timeout_s
+        self._arm(task)
+        return True

@@ -22,6 +22,8 @@ class Stream(IntEnum):
     SERVER = 5
     INIT = 6
     DATA = 7
+    COMPLETENESS = 10
+    CONNECTIVITY = 11
 
 
 def _entropy(seed: int, stream: Stream, keys: tuple[int, ...]) -> list[int]:

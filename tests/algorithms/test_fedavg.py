@@ -80,7 +80,7 @@ def test_params_validation_and_class_attributes() -> None:
 # ------------------------------------------------------------------ registry
 def test_registry_lists_and_resolves() -> None:
     names = algorithm_names()
-    assert names == sorted(names) and {"fedasync", "fedavg", "fedavg_async", "fedbuff", "fedcr", "fedpac"} <= set(names)
+    assert names == sorted(names) and {"fedasync", "fedavg", "fedavg_async", "fedbuff"} <= set(names)
     for name, cls in ALGORITHMS.items():
         assert get_algorithm(name) is cls and cls.name == name
 
