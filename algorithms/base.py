@@ -143,6 +143,11 @@ class Algorithm(ABC, Generic[P]):
     modes: ClassVar[frozenset[str]]
     sample_cost: ClassVar[float] = 1.0
     """Forward/backward passes per training sample, relative to plain SGD."""
+    partial_work: ClassVar[bool] = True
+    """True when ``client_update`` runs exactly :meth:`task_steps` local steps, so the clock
+    may cut a task short (``population.completeness``). Algorithms whose local work has
+    several phases that a step count does not describe set it to False; the loader then
+    rejects any completeness other than ``full`` for them."""
     payload_is_shared: ClassVar[bool] = True
     """True when ``payload_for`` sends every client the same tensors at a given version
     (the runtime then builds the payload once per version)."""

@@ -229,7 +229,7 @@ class FedCR(Algorithm[FedCRParams]):
             eps = torch.randn(p.z_samples, x.shape[0], p.z_dim, generator=noise).to(device)
             return fedcr_loss(m, x, y, prior_mean, prior_std, p.beta, eps)  # type: ignore[arg-type]
 
-        local, metrics = local_sgd(model, factory, start, data, p, rng, self.local_steps(data.num_train),
+        local, metrics = local_sgd(model, factory, start, data, p, rng, self.task_steps(data),
                                    loss_fn=loss_fn)
         counts, sum_mu, sum_sq = self.class_statistics(data)
         head = local[factory.head].clone()

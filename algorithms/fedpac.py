@@ -114,6 +114,7 @@ class FedPAC(Algorithm[FedPACParams]):
     """
 
     name: ClassVar[str] = "fedpac"
+    partial_work: ClassVar[bool] = False  # head phase + body phase: a step count does not describe it
     summary: ClassVar[str] = "feature alignment to global class centroids + QP-weighted classifier combination"
     paper: ClassVar[str] = ("Xu, Tong, Huang, Personalized Federated Learning with Feature Alignment and "
                             "Classifier Collaboration, ICLR 2023")

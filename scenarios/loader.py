@@ -220,6 +220,13 @@ def validate_scenario(data: dict, where: str) -> Scenario:
         allowed = ", ".join(sorted(cls.modes))
         raise ScenarioError(f"{where}: mode.type: algorithm {name!r} does not run in {scenario.mode.type} mode "
                             f"(allowed: {allowed})")
+    if not cls.partial_work:
+        pop = scenario.population
+        for field, cfg in [("population.completeness", pop.completeness)] + [
+                (f"population.clients[{i}].completeness", g.completeness) for i, g in enumerate(pop.clients)]:
+            if cfg is not None and cfg.type != "full":
+                raise ScenarioError(f"{where}: {field}.type: algorithm {name!r} always runs its full local work "
+                                    f"(allowed: full; got {cfg.type!r})")
     problem = cls.mode_problem(scenario.mode)
     if problem:
         raise ScenarioError(f"{where}: {problem}")

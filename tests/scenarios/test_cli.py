@@ -119,3 +119,11 @@ def test_quickstart_runs_and_sync_fedavg_reaches_085(tmp_path: Path, capsys: pyt
     assert summary.loc["fedasync", "mean_staleness"] > 0
     # the resolved scenario of a run loads again as a valid file
     assert main(["validate", str(out / "fedavg-sync" / "scenario.resolved.yaml")]) == 0
+
+
+def test_partial_work_rejected_for_multi_phase_algorithm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = GOOD.replace("{name: fedavg}", "{name: fedpac}").replace(
+        "population: {num_clients: 3}", "population: {num_clients: 3, completeness: {type: fraction, value: 0.5}}")
+    code, err = _validate(tmp_path, text, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "population.completeness.type: algorithm 'fedpac' always runs its full local work (allowed: full" in err
