@@ -17,7 +17,9 @@ from fedclock.scenarios.results import ResultsWriter
 from fedclock.scenarios.schema import AsyncMode, Scenario
 from fedclock.scheduling.availability import population_availability
 from fedclock.scheduling.clock import APPLIED, DROPPED, Clock, TaskCosts
+from fedclock.scheduling.device_library import client_classes
 from fedclock.scheduling.devices import Devices
+from fedclock.scheduling.timeline import Timeline, client_tags
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,10 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress)
     costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work)
-    clock = Clock(devices=devices, availability=availability, client_sizes=federation.client_sizes(), costs=costs,
-                  mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
-                  backend=session, recorder=writer, seed=seed)
+    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
+    clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
+                  costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
+                  backend=session, recorder=writer, seed=seed, script=timeline)
     reason = clock.run()
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     writer.flush()
@@ -111,6 +114,8 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "num_test": np.array([len(i) for i in federation.client_test]),
         "compute": devices.compute, "down_mbps": devices.down_mbps, "up_mbps": devices.up_mbps,
         "latency_s": devices.latency_s, "availability": describe_availability(scenario),
+        "device_class": client_classes(scenario.population),
+        "tags": [sorted(t) for t in client_tags(scenario.population)],
         "tasks": count(everything), "tasks_applied": count(status == APPLIED), "tasks_dropped": count(status == DROPPED),
         "busy_s": np.bincount(client, weights=ev["busy"], minlength=n),
         "bytes_down": np.bincount(client, weights=ev["bytes_down"], minlength=n).astype(np.int64),

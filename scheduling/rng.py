@@ -22,6 +22,7 @@ class Stream(IntEnum):
     SERVER = 5
     INIT = 6
     DATA = 7
+    TIMELINE = 8
 
 
 def _entropy(seed: int, stream: Stream, keys: tuple[int, ...]) -> list[int]:
