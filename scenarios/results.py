@@ -5,7 +5,8 @@ scenario.resolved.yaml.
 scripted event (the scenario's ``timeline`` and device-trace replay): virtual time,
 server version, round, the event's index in the timeline (-1 for device-trace rows), its
 type, the client ids it acted on and a short detail such as ``compute x0.1``. They are
-separate tables so that every row of events.parquet stays a task.
+separate tables so that every row of events.parquet stays a task. ``clients.parquet``
+holds each client's initial device profile (before timeline changes), device class and tags.
 
 Tables are written incrementally: rows accumulate in memory and the whole file is
 rewritten atomically (temporary file, then rename) at most every ``flush_every_s`` seconds

@@ -140,7 +140,10 @@ class Timeline:
         self.record = record
         self.devices = ScriptedDevices(devices)
         self.offline = np.zeros(population.num_clients, dtype=bool)
-        self.availability = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)]
+        gates = any(isinstance(ev, (OfflineEvent, OnlineEvent, JoinEvent)) for ev in self.events)
+        # without offline/online/join events the models are used as they are (no per-client wrapper)
+        self.availability: list[Any] = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)] \
+            if gates else list(availability)
         self.groups: list[np.ndarray | None] = []
         for index, ev in enumerate(self.events):
             group = getattr(ev, "clients", None)
