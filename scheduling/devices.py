@@ -16,6 +16,8 @@ import numpy as np
 
 from fedclock.scenarios.schema import (ChoiceDist, ConstantDist, DeviceDistributions, LogNormalDist,
                                        LogUniformDist, PopulationConfig, UniformDist)
+from fedclock.scenarios.traces import DEVICE_COLUMNS, read_device_trace
+from fedclock.scheduling.device_library import DEVICE_CLASSES, client_classes
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 
@@ -77,19 +79,12 @@ class Devices:
         return DeviceProfile(float(self.compute[client]), float(self.down_mbps[client]),
                              float(self.up_mbps[client]), float(self.latency_s[client]))
 
-    def copy(self) -> "Devices":
-        """An independent copy (the timeline changes the copy the clock uses)."""
-        return Devices(self.compute.copy(), self.down_mbps.copy(), self.up_mbps.copy(), self.latency_s.copy())
-
     @classmethod
     def draw(cls, population: PopulationConfig, seed: int) -> "Devices":
         """Draw every client's profile from the population's distributions; then clients of
         a ``device_mix`` class redraw from their class; then the device trace's rows at
         ``time_s = 0`` apply; then the explicit per-client values. Each field (and class)
         has its own stream, so changing one distribution leaves the others' draws unchanged."""
-        from fedclock.scenarios.traces import DEVICE_COLUMNS, read_device_trace
-        from fedclock.scheduling.device_library import DEVICE_CLASSES, client_classes
-
         n = population.num_clients
         dists: DeviceDistributions = population.devices
         arrays = {}

@@ -43,6 +43,16 @@ def test_shipped_traces_replay_exactly(tmp_path: Path) -> None:
     assert list(timeline.event) == [-1, -1]
     clients = pd.read_parquet(tmp_path / "clients.parquet")
     assert list(clients.compute) == [0.125, 0.125, 0.25]  # initial profiles (time_s = 0 rows)
+    assert load_suite(tmp_path / "scenario.resolved.yaml").runs[0] == s  # absolute trace paths reload
+
+
+def test_trace_naming_a_missing_client_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("client,start,end\n0,0,1\n3,0,1\n")
+    with pytest.raises(ScenarioError, match=r"population.clients\[0\].availability.path: a.csv names client 3, "
+                                            r"which does not exist \(allowed: 0..2\)"):
+        scenario(population={"num_clients": 3, "clients": [{"ids": [1], "availability": {"type": "trace",
+                                                                                          "path": str(path)}}]})
 
 
 def test_availability_trace_reader_merges_and_sorts(tmp_path: Path) -> None:
