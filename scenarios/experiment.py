@@ -17,8 +17,10 @@ from fedclock.scenarios.results import ResultsWriter
 from fedclock.scenarios.schema import AsyncMode, Scenario
 from fedclock.scheduling.availability import population_availability
 from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Clock, TaskCosts
+from fedclock.scheduling.device_library import client_classes
 from fedclock.scheduling.devices import Devices, task_timing
 from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
+from fedclock.scheduling.timeline import Timeline, client_tags
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,11 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress)
     costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work,
                       local_steps=algorithm.local_steps, work_for_steps=algorithm.work_for_steps)
-    work_and_links = _work_and_links(scenario, federation, devices, costs)
-    clock = Clock(devices=devices, availability=availability, client_sizes=federation.client_sizes(), costs=costs,
-                  mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
-                  backend=session, recorder=writer, seed=seed, work_and_links=work_and_links)
+    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
+    work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
+    clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
+                  costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
+                  backend=session, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline)
     reason = clock.run()
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     writer.flush()
@@ -136,6 +139,8 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "num_test": np.array([len(i) for i in federation.client_test]),
         "compute": devices.compute, "down_mbps": devices.down_mbps, "up_mbps": devices.up_mbps,
         "latency_s": devices.latency_s, "availability": describe_availability(scenario),
+        "device_class": client_classes(scenario.population),
+        "tags": [sorted(t) for t in client_tags(scenario.population)],
         "tasks": count(everything), "tasks_applied": count(status == APPLIED), "tasks_dropped": count(status == DROPPED),
         "busy_s": np.bincount(client, weights=ev["busy"], minlength=n),
         "bytes_down": np.bincount(client, weights=ev["bytes_down"], minlength=n).astype(np.int64),

@@ -85,11 +85,13 @@ def read_yaml(path: Path) -> Any:
 def load_suite(path: str | Path, overrides: Sequence[str] = ()) -> Suite:
     """Load and validate every run of a scenario file."""
     path = Path(path)
-    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem)
+    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem, base_dir=path.parent)
 
 
-def parse_suite(raw: Any, source: str, overrides: Sequence[str] = (), default_name: str = "scenario") -> Suite:
-    """Validate already-parsed YAML."""
+def parse_suite(raw: Any, source: str, overrides: Sequence[str] = (), default_name: str = "scenario",
+                base_dir: Path | None = None) -> Suite:
+    """Validate already-parsed YAML. Relative trace paths are read from ``base_dir`` (the
+    scenario file's folder), else from the working directory."""
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {'list' if isinstance(raw, list) else type(raw).__name__}"
         raise ScenarioError(f"{source}: the file must be a mapping of sections such as name:, algorithm:, stop: "
@@ -134,7 +136,7 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[str] = (), default_na
                 keys = keys[2:]
             _set_path(data, keys, value, source, text)
         where = f"{source}: run {run_name!r}" if run_name is not None else source
-        scenarios.append(validate_scenario(data, where))
+        scenarios.append(validate_scenario(data, where, base_dir))
     return Suite(name=suite_name, description=description, runs=tuple(scenarios), source=source)
 
 
@@ -191,8 +193,8 @@ def _set_path(data: dict, keys: list[str], value: Any, source: str, text: str) -
 
 
 # --------------------------------------------------------------------------- validation
-def validate_scenario(data: dict, where: str) -> Scenario:
-    """Validate one run's merged data."""
+def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> Scenario:
+    """Validate one run's merged data (relative trace paths are read from ``base_dir``)."""
     data = dict(data)
     algo = data.get("algorithm")
     if algo is None:
@@ -213,7 +215,7 @@ def validate_scenario(data: dict, where: str) -> Scenario:
         raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
     data["algorithm"] = AlgorithmConfig(name=name, params=params)
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
     if scenario.mode.type not in cls.modes:

@@ -1,4 +1,12 @@
-"""Result files: metrics.parquet, events.parquet, clients.parquet, scenario.resolved.yaml.
+"""Result files: metrics.parquet, events.parquet, clients.parquet, timeline.parquet,
+scenario.resolved.yaml.
+
+``events.parquet`` has one row per task; ``timeline.parquet`` one row per firing of a
+scripted event (the scenario's ``timeline`` and device-trace replay): virtual time,
+server version, round, the event's index in the timeline (-1 for device-trace rows), its
+type, the client ids it acted on and a short detail such as ``compute x0.1``. They are
+separate tables so that every row of events.parquet stays a task. ``clients.parquet``
+holds each client's initial device profile (before timeline changes), device class and tags.
 
 Tables are written incrementally: rows accumulate in memory and the whole file is
 rewritten atomically (temporary file, then rename) at most every ``flush_every_s`` seconds
@@ -42,9 +50,15 @@ METRICS_SCHEMA = pa.schema([
 CLIENTS_SCHEMA = pa.schema([
     ("client", pa.int64()), ("num_train", pa.int64()), ("num_test", pa.int64()),
     ("compute", pa.float64()), ("down_mbps", pa.float64()), ("up_mbps", pa.float64()), ("latency_s", pa.float64()),
-    ("availability", pa.string()), ("tasks", pa.int64()), ("tasks_applied", pa.int64()),
+    ("availability", pa.string()), ("device_class", pa.string()), ("tags", pa.list_(pa.string())),
+    ("tasks", pa.int64()), ("tasks_applied", pa.int64()),
     ("tasks_dropped", pa.int64()), ("busy_s", pa.float64()), ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
     ("tasks_lost", pa.int64()), ("tasks_timed_out", pa.int64()),
+])
+
+TIMELINE_SCHEMA = pa.schema([
+    ("time", pa.float64()), ("version", pa.int64()), ("round", pa.int64()), ("event", pa.int64()),
+    ("type", pa.string()), ("num_clients", pa.int64()), ("clients", pa.list_(pa.int64())), ("detail", pa.string()),
 ])
 
 
@@ -112,6 +126,7 @@ class ResultsWriter:
         self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA)
         self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA)
         self.clients = Table(out_dir / "clients.parquet", CLIENTS_SCHEMA)
+        self.timeline = Table(out_dir / "timeline.parquet", TIMELINE_SCHEMA)
         self.flush_every_s = flush_every_s
         self.on_progress = on_progress
         self.totals = RunTotals()
@@ -163,6 +178,13 @@ class ResultsWriter:
         self.last_metrics = dict(metrics)
         self._maybe_flush()
 
+    def timeline_event(self, record: Any) -> None:
+        """A scripted event fired (a :class:`~fedclock.scheduling.timeline.TimelineRecord`)."""
+        self.timeline.append({"time": record.time, "version": record.version, "round": record.round,
+                              "event": record.event, "type": record.type, "num_clients": len(record.clients),
+                              "clients": list(record.clients), "detail": record.detail})
+        self._maybe_flush()
+
     def progress(self, now: float, version: int, in_flight: int) -> None:
         if self.on_progress is not None:
             self.on_progress(now, version, in_flight, self.last_accuracy)
@@ -176,7 +198,7 @@ class ResultsWriter:
             self.flush()
 
     def flush(self) -> None:
-        for table in (self.events, self.metrics, self.clients):
+        for table in (self.events, self.metrics, self.clients, self.timeline):
             table.flush()
         self._last_flush = time.perf_counter()
 

@@ -12,7 +12,9 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializeAsAny, ValidationInfo, model_validator
+
+from fedclock.scenarios.traces import TraceError, check_trace_file
 
 from fedclock.scenarios.heterogeneity_schema import (CompletenessConfig, ConnectivityConfig, FullWork, Reliable,
                                                      TimeBudget, can_lose)
@@ -197,8 +199,49 @@ class MarkovOnOff(StrictModel):
     start: Literal["up", "down", "stationary"] = "stationary"
 
 
+def _trace_path(value: Path, info: ValidationInfo) -> Path:
+    """A trace file: a relative path is relative to the scenario file's folder (the loader
+    passes it as ``base_dir`` in the validation context), else to the working directory.
+    The file must exist and have the columns its ``kind`` needs."""
+    base = (info.context or {}).get("base_dir")
+    if not value.is_absolute() and base is not None:
+        value = Path(base) / value
+    try:
+        check_trace_file(value, "devices" if info.field_name == "device_trace" else "availability")
+    except TraceError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+TracePath = Annotated[Path, AfterValidator(_trace_path)]
+
+
+class DiurnalAvailability(StrictModel):
+    """Daily cycle in virtual time: online during ``on_fraction`` of every ``period_s``,
+    from the client's phase on. Without ``phase_s`` each client draws its phase uniformly in
+    [0, period_s) (clients in different time zones)."""
+
+    type: Literal["diurnal"]
+    period_s: PositiveFloat = 86400.0
+    on_fraction: Fraction = 0.5
+    phase_s: NonNegativeFloat | None = None
+
+
+class TraceAvailability(StrictModel):
+    """Replay of an availability trace (CSV or Parquet with columns client, start, end):
+    a client is online during its [start, end) intervals. Clients the file does not list are
+    offline (``missing: offline``) or always online (``missing: always``)."""
+
+    type: Literal["trace"]
+    path: TracePath
+    missing: Literal["offline", "always"] = "offline"
+
+
 AvailabilityConfig = Annotated[
-    Union[AlwaysAvailable, PeriodicMissing, MarkovOnOff], Field(discriminator="type")]
+    Union[AlwaysAvailable, PeriodicMissing, MarkovOnOff, DiurnalAvailability, TraceAvailability],
+    Field(discriminator="type")]
+
+Tag = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
 
 class ClientOverride(StrictModel):
@@ -212,11 +255,18 @@ class ClientOverride(StrictModel):
     availability: AvailabilityConfig | None = None
     completeness: CompletenessConfig | None = None
     connectivity: ConnectivityConfig | None = None
+    tags: list[Tag] = Field(default_factory=list, description="labels a timeline group can name (clients: {tag: ...})")
 
 
 class PopulationConfig(StrictModel):
     num_clients: Annotated[int, Field(ge=1, le=10_000_000)] = 10
     devices: DeviceDistributions = Field(default_factory=DeviceDistributions)
+    device_mix: dict[str, Fraction] = Field(
+        default_factory=dict, description="device classes from the library by fraction of clients, in client-id "
+        "order (e.g. {low_end_phone: 0.5, edge_box: 0.5}); clients left over keep `devices`")
+    device_trace: TracePath | None = Field(
+        default=None, description="CSV/Parquet of per-client device values over time (client, time_s, compute, "
+        "down_mbps, up_mbps, latency_s)")
     availability: AvailabilityConfig = Field(default_factory=AlwaysAvailable)
     clients: list[ClientOverride] = Field(default_factory=list)
     completeness: CompletenessConfig = Field(default_factory=FullWork, description="share of the local work a task does")
@@ -229,7 +279,29 @@ class PopulationConfig(StrictModel):
                 if cid >= self.num_clients:
                     raise ValueError(
                         f"clients[{i}].ids: client {cid} does not exist (allowed: 0..{self.num_clients - 1})")
+        from fedclock.scheduling.device_library import DEVICE_CLASSES  # the library imports this module
+
+        for name in self.device_mix:
+            if name not in DEVICE_CLASSES:
+                raise ValueError(f"device_mix: unknown device class {name!r} (allowed: {', '.join(DEVICE_CLASSES)})")
+        if math.fsum(self.device_mix.values()) > 1 + 1e-9:
+            raise ValueError(f"device_mix: fractions add up to {math.fsum(self.device_mix.values()):g} (at most 1)")
+        traces = [("device_trace", self.device_trace)] + [("availability.path", self.availability)] + [
+            (f"clients[{i}].availability.path", g.availability) for i, g in enumerate(self.clients)]
+        for where, item in traces:
+            path = item.path if isinstance(item, TraceAvailability) else item if isinstance(item, Path) else None
+            if path is not None:
+                from fedclock.scenarios.traces import trace_clients
+
+                bad = [c for c in trace_clients(path) if c >= self.num_clients]
+                if bad:
+                    raise ValueError(f"{where}: {path.name} names client {bad[0]}, which does not exist "
+                                     f"(allowed: 0..{self.num_clients - 1})")
         return self
+
+    def tag_names(self) -> set[str]:
+        """Every tag given to some client."""
+        return {t for group in self.clients for t in group.tags}
 
 
 # --------------------------------------------------------------------------- protocol
@@ -318,6 +390,176 @@ class AlgorithmConfig(BaseModel):
     params: SerializeAsAny[BaseModel]
 
 
+# --------------------------------------------------------------------------- timeline
+class ClientGroup(StrictModel):
+    """Which clients an event acts on: all clients, or those named by ``ids``, ``range``
+    ([start, stop), half-open), ``tag`` or ``device_class`` (at most one of these);
+    ``fraction`` then keeps a random subset of that many of them (rounded half up), drawn
+    once per event from the scenario seed."""
+
+    ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = None
+    range: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+    tag: Tag | None = None
+    device_class: str | None = None
+    fraction: Fraction | None = None
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> "ClientGroup":
+        given = [k for k in ("ids", "range", "tag", "device_class") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{given[1]}: choose one of ids, range, tag, device_class (got {', '.join(given)})")
+        if self.range is not None and self.range[1] <= self.range[0]:
+            raise ValueError(f"range: [start, stop) needs stop > start (got {list(self.range)})")
+        return self
+
+
+class _Trigger(StrictModel):
+    """When an event fires: once at ``at_s``; every ``every_s`` seconds from ``start_s``
+    (default: ``every_s``) up to ``until_s`` (inclusive, default: forever); or once when the
+    server version first reaches ``at_version``."""
+
+    at_s: NonNegativeFloat | None = None
+    every_s: PositiveFloat | None = None
+    start_s: NonNegativeFloat | None = None
+    until_s: NonNegativeFloat | None = None
+    at_version: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> "_Trigger":
+        given = [k for k in ("at_s", "every_s", "at_version") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"at_s: give exactly one of at_s, every_s, at_version (got {', '.join(given) or 'none'})")
+        if self.every_s is None and (self.start_s is not None or self.until_s is not None):
+            raise ValueError("start_s: start_s and until_s go with every_s")
+        return self
+
+
+class _DeviceFields(_Trigger):
+    clients: ClientGroup = Field(default_factory=ClientGroup)
+    compute: PositiveFloat | None = None
+    down_mbps: PositiveFloat | None = None
+    up_mbps: PositiveFloat | None = None
+    latency_s: NonNegativeFloat | None = None
+
+    @model_validator(mode="after")
+    def _some_field(self) -> "_DeviceFields":
+        if all(getattr(self, f) is None for f in DEVICE_FIELDS):
+            raise ValueError(f"compute: give at least one of {', '.join(DEVICE_FIELDS)}")
+        return self
+
+
+DEVICE_FIELDS = ("compute", "down_mbps", "up_mbps", "latency_s")
+
+
+class ScaleEvent(_DeviceFields):
+    """Multiply the group's device values (compute: 0.1 makes them ten times slower)."""
+
+    type: Literal["scale"]
+
+
+class SetEvent(_DeviceFields):
+    """Set the group's device values."""
+
+    type: Literal["set"]
+
+
+class OfflineEvent(_Trigger):
+    """The group stops taking new tasks (tasks in flight still finish)."""
+
+    type: Literal["offline"]
+    clients: ClientGroup = Field(default_factory=ClientGroup)
+
+
+class OnlineEvent(_Trigger):
+    """The group takes tasks again (its availability model still applies)."""
+
+    type: Literal["online"]
+    clients: ClientGroup = Field(default_factory=ClientGroup)
+
+
+class JoinEvent(_Trigger):
+    """The group is dormant from the start of the run until this event (new clients arriving
+    mid-run); their data is part of the federation from the start."""
+
+    type: Literal["join"]
+    clients: ClientGroup
+
+    @model_validator(mode="after")
+    def _once(self) -> "JoinEvent":
+        if self.every_s is not None:
+            raise ValueError("every_s: a join happens once; use at_s or at_version")
+        return self
+
+
+class ServerUplinkEvent(_Trigger):
+    """Cap the server's uplink: every download from then on moves at most ``mbps`` (each
+    download gets the cap; it is not shared among concurrent downloads); ``mbps: null``
+    lifts the cap."""
+
+    type: Literal["server_uplink"]
+    mbps: PositiveFloat | None
+
+
+class ConcurrencyEvent(_Trigger):
+    """Async mode: change the number of tasks in flight."""
+
+    type: Literal["concurrency"]
+    value: Annotated[int, Field(ge=1)]
+
+
+class CohortEvent(_Trigger):
+    """Sync mode: change the cohort size (or fraction) of the rounds that open from then on."""
+
+    type: Literal["cohort"]
+    size: Annotated[int, Field(ge=1)] | None = None
+    fraction: Fraction | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "CohortEvent":
+        if (self.size is None) == (self.fraction is None):
+            raise ValueError("size: give exactly one of size, fraction")
+        return self
+
+
+TimelineEvent = Annotated[
+    Union[ScaleEvent, SetEvent, OfflineEvent, OnlineEvent, JoinEvent, ServerUplinkEvent, ConcurrencyEvent,
+          CohortEvent],
+    Field(discriminator="type")]
+
+
+def timeline_problem(timeline: list, mode: "SyncMode | AsyncMode", population: PopulationConfig) -> str | None:
+    """The first event that does not fit the run's mode or population, as a one-line message."""
+    n = population.num_clients
+    tags = population.tag_names()
+    for i, ev in enumerate(timeline):
+        where = f"timeline[{i}]"
+        if isinstance(ev, ConcurrencyEvent):
+            if not isinstance(mode, AsyncMode):
+                return f"{where}.type: 'concurrency' needs mode.type async (use 'cohort' in sync mode)"
+            if ev.value > n:
+                return f"{where}.value: {ev.value} exceeds population.num_clients ({n})"
+        if isinstance(ev, CohortEvent):
+            if not isinstance(mode, SyncMode):
+                return f"{where}.type: 'cohort' needs mode.type sync (use 'concurrency' in async mode)"
+            if ev.size is not None and ev.size > n:
+                return f"{where}.size: {ev.size} exceeds population.num_clients ({n})"
+        group = getattr(ev, "clients", None)
+        if group is None:
+            continue
+        if group.ids is not None and max(group.ids) >= n:
+            return f"{where}.clients.ids: client {max(group.ids)} does not exist (allowed: 0..{n - 1})"
+        if group.range is not None and group.range[1] > n:
+            return f"{where}.clients.range: stop {group.range[1]} is past the last client (at most {n})"
+        if group.tag is not None and group.tag not in tags:
+            allowed = ", ".join(sorted(tags)) or "none defined; add tags: [...] under population.clients"
+            return f"{where}.clients.tag: no client has tag {group.tag!r} (allowed: {allowed})"
+        if group.device_class is not None and group.device_class not in population.device_mix:
+            allowed = ", ".join(population.device_mix) or "none; set population.device_mix"
+            return f"{where}.clients.device_class: {group.device_class!r} is not in population.device_mix " \
+                   f"(allowed: {allowed})"
+    return None
+
+
 class Scenario(StrictModel):
     """One fully resolved run."""
 
@@ -333,9 +575,13 @@ class Scenario(StrictModel):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":
+        problem = timeline_problem(self.timeline, self.mode, self.population)
+        if problem:
+            raise ValueError(problem)
         if isinstance(self.mode, AsyncMode) and self.stop.rounds is not None:
             raise ValueError("stop.rounds: counts sync rounds; in async mode use stop.versions or stop.virtual_time_s")
         if isinstance(self.mode, SyncMode) and self.mode.cohort_size is not None \

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import bisect
 import math
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from fedclock.scenarios.schema import AlwaysAvailable, AvailabilityConfig, MarkovOnOff, PeriodicMissing, PopulationConfig
+from fedclock.scenarios.schema import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability, MarkovOnOff,
+                                       PeriodicMissing, PopulationConfig, TraceAvailability)
+from fedclock.scenarios.traces import read_availability_trace
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 
@@ -83,14 +86,75 @@ class Markov:
         return self._switches[bisect.bisect_right(self._switches, now)]
 
 
-def make_availability(cfg: AvailabilityConfig, seed: int, client: int) -> Availability:
-    """The availability model of one client."""
+class Diurnal:
+    """Online during [phase + k * period, phase + k * period + on_fraction * period) for
+    every integer k: a daily cycle shifted by the client's phase."""
+
+    def __init__(self, period_s: float, on_fraction: float, phase_s: float) -> None:
+        self.period_s = period_s
+        self.on_s = on_fraction * period_s
+        self.phase_s = phase_s % period_s
+
+    def _cycle_start(self, now: float) -> float:
+        """Start of the cycle holding ``now``: start <= now < start + period (exactly, in
+        floating point, so the next change is always later than ``now``)."""
+        k = math.floor((now - self.phase_s) / self.period_s)
+        start = self.phase_s + k * self.period_s
+        while start > now:
+            k -= 1
+            start = self.phase_s + k * self.period_s
+        while start + self.period_s <= now:
+            k += 1
+            start = self.phase_s + k * self.period_s
+        return start
+
+    def available(self, now: float, round_index: int) -> bool:
+        return self.on_s >= self.period_s or now < self._cycle_start(now) + self.on_s
+
+    def next_change(self, now: float) -> float:
+        if self.on_s >= self.period_s:
+            return math.inf
+        start = self._cycle_start(now)
+        return start + self.on_s if now < start + self.on_s else start + self.period_s
+
+
+class TraceReplay:
+    """Online exactly during the given [start, end) intervals (sorted, disjoint)."""
+
+    def __init__(self, intervals: list[tuple[float, float]]) -> None:
+        self.starts = [s for s, _ in intervals]
+        self.ends = [e for _, e in intervals]
+
+    def available(self, now: float, round_index: int) -> bool:
+        i = bisect.bisect_right(self.starts, now) - 1
+        return i >= 0 and now < self.ends[i]
+
+    def next_change(self, now: float) -> float:
+        i = bisect.bisect_right(self.starts, now) - 1
+        if i >= 0 and now < self.ends[i]:
+            return self.ends[i]
+        return self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
+
+
+def make_availability(cfg: AvailabilityConfig, seed: int, client: int,
+                      traces: dict[Path, dict[int, list[tuple[float, float]]]] | None = None) -> Availability:
+    """The availability model of one client (``traces``: availability traces already read,
+    by path, so a file shared by many clients is read once)."""
     if isinstance(cfg, AlwaysAvailable):
         return Always()
     if isinstance(cfg, PeriodicMissing):
         return Periodic(cfg.period, cfg.offset)
     if isinstance(cfg, MarkovOnOff):
         return Markov(cfg.mean_up_s, cfg.mean_down_s, cfg.start, numpy_rng(seed, Stream.AVAILABILITY, client))
+    if isinstance(cfg, DiurnalAvailability):
+        phase = cfg.phase_s if cfg.phase_s is not None else \
+            float(numpy_rng(seed, Stream.AVAILABILITY, client).uniform(0.0, cfg.period_s))
+        return Diurnal(cfg.period_s, cfg.on_fraction, phase)
+    if isinstance(cfg, TraceAvailability):
+        table = traces[cfg.path] if traces is not None and cfg.path in traces else read_availability_trace(cfg.path)
+        if client not in table:
+            return Always() if cfg.missing == "always" else TraceReplay([])
+        return TraceReplay(table[client])
     raise TypeError(f"unknown availability {cfg!r}")
 
 
@@ -102,8 +166,12 @@ def population_availability(population: PopulationConfig, seed: int) -> list[Ava
             for cid in group.ids:
                 per_client[cid] = group.availability
     shared_always = Always()
+    traces: dict[Path, dict[int, list[tuple[float, float]]]] = {}
+    for cfg in [population.availability, *per_client.values()]:
+        if isinstance(cfg, TraceAvailability) and cfg.path not in traces:
+            traces[cfg.path] = read_availability_trace(cfg.path)
     out: list[Availability] = []
     for cid in range(population.num_clients):
         cfg = per_client.get(cid, population.availability)
-        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else make_availability(cfg, seed, cid))
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else make_availability(cfg, seed, cid, traces))
     return out

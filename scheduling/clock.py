@@ -137,6 +137,17 @@ class Recorder(Protocol):
     def progress(self, now: float, version: int, in_flight: int) -> None: ...
 
 
+class Script(Protocol):
+    """Scripted changes during a run (the scenario's timeline, see
+    :mod:`fedclock.scheduling.timeline`)."""
+
+    def start(self, clock: "Clock") -> None:
+        """Apply what is due at the start and schedule the rest (before the first dispatch)."""
+
+    def version_reached(self, clock: "Clock") -> None:
+        """The server version just changed (called inside :meth:`Clock.aggregate`)."""
+
+
 class Arrivals:
     """Results that reached the server, handed out in (arrival time, client id) order."""
 
@@ -166,8 +177,9 @@ class Clock:
     def __init__(self, *, devices: Devices, availability: Sequence[Availability], client_sizes: np.ndarray,
                  costs: TaskCosts, mode: SyncMode | AsyncMode, stop: StopConfig, eval_every: int,
                  backend: Backend, recorder: Recorder, seed: int,
-                 work_and_links: WorkAndLinks | None = None) -> None:
+                 work_and_links: WorkAndLinks | None = None, script: Script | None = None) -> None:
         self.env = simpy.Environment()
+        self.script = script
         self.devices = devices
         self.availability = availability
         self.client_sizes = client_sizes
@@ -197,6 +209,8 @@ class Clock:
     def run(self) -> str:
         """Run until a stop condition; return why it stopped."""
         protocol = self.sync_rounds() if isinstance(self.mode, SyncMode) else self.async_slots()
+        if self.script is not None:
+            self.script.start(self)
         self.env.process(protocol)
         if self.stop.virtual_time_s is not None:
             self.env.process(self._time_budget(self.stop.virtual_time_s))
@@ -389,6 +403,8 @@ class Clock:
         before = self.version
         if tasks:
             self.version = self.backend.apply(tasks)
+        if self.script is not None and self.version != before:
+            self.script.version_reached(self)
         for t in tasks:
             self.in_flight.pop(t.index, None)
             t.version_applied = self.version
@@ -396,6 +412,22 @@ class Clock:
         self.recorder.progress(self.env.now, self.version, len(self.in_flight))
         if self.version != before and self.version % self.eval_every == 0:
             self.evaluate()
+
+    def set_mode_limits(self, *, concurrency: int | None = None, cohort_size: int | None = None,
+                        cohort_fraction: float | None = None) -> None:
+        """Change the async concurrency, or the sync cohort rule (size or fraction, the other
+        is cleared), for dispatches from now on (timeline events)."""
+        if concurrency is not None:
+            self.mode = self.mode.model_copy(update={"concurrency": concurrency})
+        if cohort_size is not None or cohort_fraction is not None:
+            self.mode = self.mode.model_copy(update={"cohort_size": cohort_size, "cohort_fraction": cohort_fraction})
+
+    def refill(self) -> None:
+        """Async: give free slots to idle, available clients now (after a scripted change
+        freed capacity or brought clients back). Sync: nothing; the next round samples anew."""
+        if isinstance(self.mode, AsyncMode) and getattr(self, "_arrivals", None) is not None \
+                and not self.done.triggered:
+            self.fill_slots()
 
     def evaluate(self) -> None:
         metrics = self.backend.evaluate()

@@ -16,6 +16,8 @@ import numpy as np
 
 from fedclock.scenarios.schema import (ChoiceDist, ConstantDist, DeviceDistributions, LogNormalDist,
                                        LogUniformDist, PopulationConfig, UniformDist)
+from fedclock.scenarios.traces import DEVICE_COLUMNS, read_device_trace
+from fedclock.scheduling.device_library import DEVICE_CLASSES, client_classes
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 
@@ -79,14 +81,29 @@ class Devices:
 
     @classmethod
     def draw(cls, population: PopulationConfig, seed: int) -> "Devices":
-        """Draw every client's profile from the population's distributions, then apply the
-        explicit per-client values. Each field has its own stream, so changing one
-        distribution leaves the others' draws unchanged."""
+        """Draw every client's profile from the population's distributions; then clients of
+        a ``device_mix`` class redraw from their class; then the device trace's rows at
+        ``time_s = 0`` apply; then the explicit per-client values. Each field (and class)
+        has its own stream, so changing one distribution leaves the others' draws unchanged."""
         n = population.num_clients
         dists: DeviceDistributions = population.devices
         arrays = {}
         for key, field in enumerate(("compute", "down_mbps", "up_mbps", "latency_s")):
             arrays[field] = sample(getattr(dists, field), n, numpy_rng(seed, Stream.DEVICES, key))
+        if population.device_mix:
+            classes = np.asarray(client_classes(population))
+            for index, name in enumerate(population.device_mix):
+                members = np.flatnonzero(classes == name)
+                for key, field in enumerate(("compute", "down_mbps", "up_mbps", "latency_s")):
+                    rng = numpy_rng(seed, Stream.DEVICES, key, index + 1)
+                    arrays[field][members] = sample(getattr(DEVICE_CLASSES[name], field), len(members), rng)
+        if population.device_trace is not None:
+            trace = read_device_trace(population.device_trace)
+            for row in trace[trace.time_s == 0].itertuples(index=False):
+                for field in DEVICE_COLUMNS:
+                    value = getattr(row, field)
+                    if not np.isnan(value):
+                        arrays[field][row.client] = value
         for group in population.clients:
             for field in arrays:
                 value = getattr(group, field)

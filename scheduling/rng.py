@@ -22,6 +22,7 @@ class Stream(IntEnum):
     SERVER = 5
     INIT = 6
     DATA = 7
+    TIMELINE = 8
     COMPLETENESS = 10
     CONNECTIVITY = 11
 

@@ -250,6 +250,8 @@ def test_writer_clients_table(tmp_path: Path) -> None:
     w = ResultsWriter(tmp_path, _scenario(), flush_every_s=3600.0)
     cols = {name: [1, 2, 3] for name in CLIENTS_SCHEMA.names}
     cols["availability"] = ["always"] * 3
+    cols["device_class"] = ["custom"] * 3
+    cols["tags"] = [[], ["phone"], []]
     w.write_clients(cols)
     assert _rows(tmp_path / "clients.parquet") == 0
     w.flush()
