@@ -19,6 +19,8 @@ class FedMRURParams(MoFedSAMParams):
     gamma: float = Field(default=0.005, ge=0, description="weight of the hyperbolic regularizer")
     sigma: float = Field(default=10000.0, gt=0, description="temperature: R = exp(d_L^2 / sigma)")
     beta: float = Field(default=1.0, gt=0, description="hyperboloid parameter: <x, x>_L = -beta")
+    max_exponent: float = Field(default=5.0, gt=0, description="cap on d_L^2 / sigma: R = exp(min(d_L^2 / "
+                                "sigma, max_exponent)), so R <= e^5 and its gradient stays bounded")
 
 
 class FedMRUR(ClientMomentum):
@@ -36,7 +38,11 @@ class FedMRUR(ClientMomentum):
       the exponential map at the origin, and ``d_L^2 = -2 beta - 2 <L_p, L_g>_L``
       (:mod:`~fedclock.algorithms.hyperbolic`). **Choice**: ``R`` is averaged over the
       batch's samples; the SAM gradient is taken of the regularized objective; the exponent
-      is clamped at 60 and the hyperbolic radii at 40 (float32 range). The global model's
+      is capped, ``R = exp(min(d_L^2 / sigma, max_exponent))`` with ``max_exponent = 5``
+      (``R <= 148``; beyond the cap the term is constant), and hyperbolic radii are clamped
+      at 40 (float32 range): ``d_L^2 ~ beta e^{a+b} (1 - cos)/2`` grows doubly exponentially
+      with the feature norms ``a, b``, so without a cap features of norm ~7 already give
+      ``R ~ e^{60}`` and the local steps diverge (seen on digits). The global model's
       features cost one forward pass per sample: sample cost 2 + 1/3.
     * Server: normalized aggregation ``Delta_{t+1} = (mean_p ||u_p||) sum_p u_p / ||sum_p u_p||``
       of the gradient-unit updates, then FedCM's model step with ``eta_g``.

@@ -59,7 +59,7 @@ def feature_sq_distance(zp: torch.Tensor, zg: torch.Tensor, beta: float) -> torc
 
 
 def manifold_regularizer(zp: torch.Tensor, zg: torch.Tensor, beta: float, sigma: float,
-                         max_exponent: float = 60.0) -> torch.Tensor:
+                         max_exponent: float = 5.0) -> torch.Tensor:
     """FedMRUR's ``R = exp(d_L^2 / sigma)`` between local and global features of the same
     batch, averaged over the batch (rows; features beyond the first dimension are
     flattened). The exponent is clamped at ``max_exponent`` so very distant features give
