@@ -213,7 +213,8 @@ def test_lorentz_exponential_map_and_distance_by_hand() -> None:
     torch.testing.assert_close(x, torch.tensor([math.cosh(5), math.sinh(5) * 0.6, math.sinh(5) * 0.8]))
     x4 = exp_map_origin(torch.tensor([0.0, 5.0]), beta=4.0)  # sqrt(beta) = 2, radius 2.5
     torch.testing.assert_close(x4, torch.tensor([2 * math.cosh(2.5), 0.0, 2 * math.sinh(2.5)]))
-    torch.testing.assert_close(lorentz_inner(x4, x4), torch.tensor(-4.0))  # on the hyperboloid
+    x4d = exp_map_origin(torch.tensor([0.0, 5.0], dtype=torch.float64), beta=4.0)
+    torch.testing.assert_close(lorentz_inner(x4d, x4d), torch.tensor(-4.0, dtype=torch.float64))  # on the hyperboloid
     torch.testing.assert_close(exp_map_origin(torch.zeros(2), 1.0), torch.tensor([1.0, 0.0, 0.0]))
     # exp0([1,0]) = (cosh 1, sinh 1, 0), exp0([0,1]) = (cosh 1, 0, sinh 1):
     # <x,y>_L = -cosh^2 1, d^2 = -2 + 2 cosh^2 1 = 2 sinh^2 1
