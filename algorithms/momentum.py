@@ -128,7 +128,8 @@ class ClientMomentum(FedAvg):
         return self._frozen
 
     def regularized_loss(self, start: torch.Tensor) -> Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
-        """Batch loss ``CE + gamma * mean_batch exp(min(d_L^2(exp_0(h_p(x)), exp_0(h_g(x))) / sigma, max_exponent))``
+        """Batch loss ``CE + gamma * mean_batch exp(min(d_L^2(exp_0(s h_p(x)), exp_0(s h_g(x))) / sigma, max_exponent))``
+        (``s`` = ``feature_scale``)
         with ``h_g`` the body of the received (frozen) global model; its features are computed
         once per batch (SAM's second pass reuses them)."""
         p = self.params
@@ -143,7 +144,8 @@ class ClientMomentum(FedAvg):
                     cache["x"], cache["z"] = x, frozen.features(x)  # type: ignore[operator]
             zp = model.features(x)  # type: ignore[operator]
             logits = model.head(zp)  # type: ignore[operator]
-            reg = manifold_regularizer(zp, cache["z"], p.beta, p.sigma, p.max_exponent)
+            scale = p.feature_scale
+            reg = manifold_regularizer(zp * scale, cache["z"] * scale, p.beta, p.sigma, p.max_exponent)
             return F.cross_entropy(logits, y) + p.gamma * reg
 
         return loss

@@ -243,7 +243,8 @@ def test_manifold_regularizer_batch_mean_and_cap() -> None:
 
 def test_fedmrur_client_loss_adds_the_regularizer() -> None:
     factory = ModelFactory("mlp", (3,), 2, hidden=(4,))
-    params = FedMRURParams(lr=0.2, batch_size=6, local_steps=1, alpha=1.0, rho=0.0, gamma=0.5, sigma=3.0)
+    params = FedMRURParams(lr=0.2, batch_size=6, local_steps=1, alpha=1.0, rho=0.0, gamma=0.5, sigma=3.0,
+                           feature_scale=0.7)
     alg = FedMRURH(params, factory)
     data = tiny_data()
     w_global = factory.initial_weights(gen(5))
@@ -254,7 +255,7 @@ def test_fedmrur_client_loss_adds_the_regularizer() -> None:
     factory.load_flat(model_p, w_start)
     zg = model_g.features(data.x_train).detach()
     zp = model_p.features(data.x_train)
-    loss = F.cross_entropy(model_p.head(zp), data.y_train) + 0.5 * manifold_regularizer(zp, zg, 1.0, 3.0)
+    loss = F.cross_entropy(model_p.head(zp), data.y_train) + 0.5 * manifold_regularizer(0.7 * zp, 0.7 * zg, 1.0, 3.0)
     loss.backward()
     grad = torch.cat([p.grad.reshape(-1) for p in model_p.parameters()])
     # with alpha = 1 and rho = 0 the step is plain gradient descent on the regularized loss;
