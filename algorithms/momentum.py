@@ -128,7 +128,8 @@ class ClientMomentum(FedAvg):
         return self._frozen
 
     def regularized_loss(self, start: torch.Tensor) -> Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
-        """Batch loss ``CE + gamma * mean_batch exp(min(d_L^2(exp_0(s h_p(x)), exp_0(s h_g(x))) / sigma, max_exponent))``
+        """Batch loss ``CE + gamma * R`` with
+        ``R = mean_batch exp(min(d_L^2(exp_0(s h_p(x)), exp_0(s h_g(x))) / sigma, max_exponent))``
         (``s`` = ``feature_scale``)
         with ``h_g`` the body of the received (frozen) global model; its features are computed
         once per batch (SAM's second pass reuses them)."""

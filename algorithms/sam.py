@@ -33,7 +33,7 @@ def sam_grad_fn(rho: float) -> GradFn:
             return
         with torch.no_grad():
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
-            scale = rho / norm if float(norm) > 0 else torch.zeros((), device=norm.device)
+            scale = rho / norm.clamp_min(1e-12)  # a zero gradient gives a zero perturbation
             saved = [p.detach().clone() for p in params]
             for p in params:
                 p.add_(p.grad * scale)

@@ -1,6 +1,7 @@
 """End-to-end learning of the model-consistency family on non-IID digits (three label-sorted
 shards per client, 4 of 8 clients per round), with each algorithm's default hyper-parameters
-beyond the local SGD ones (and a SAM radius of 0.05); client state (SCAFFOLD's control variates) persists between tasks."""
+beyond the local SGD ones (and a SAM radius of 0.05); client state (SCAFFOLD's control
+variates) persists between tasks."""
 from __future__ import annotations
 
 from typing import Iterator

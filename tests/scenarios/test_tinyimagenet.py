@@ -57,7 +57,8 @@ def test_missing_folder_is_one_line_naming_it(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as err:
         load_dataset(DatasetConfig(name="tinyimagenet", root=tmp_path), seed=0, num_clients=1)
     text = str(err.value)
-    assert "\n" not in text and text.startswith("dataset.root:") and str(tmp_path / "tiny-imagenet-200" / "train") in text
+    assert "\n" not in text and text.startswith("dataset.root:")
+    assert str(tmp_path / "tiny-imagenet-200" / "train") in text
 
 
 def test_annotation_with_unknown_class(tmp_path: Path) -> None:
