@@ -68,3 +68,16 @@ def test_annotation_with_unknown_class(tmp_path: Path) -> None:
     (base / "val" / "val_annotations.txt").write_text("v.JPEG\tn99\t0\t0\t1\t1\n")
     with pytest.raises(DatasetError, match="val_annotations.txt line 1"):
         load_dataset(DatasetConfig(name="tinyimagenet", root=tmp_path), seed=0, num_clients=1)
+
+
+def test_download_is_refused_with_the_folder_to_fill(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"^dataset.download: TinyImageNet cannot be downloaded"):
+        load_dataset(DatasetConfig(name="tinyimagenet", root=tmp_path, download=True), seed=0, num_clients=1)
+
+
+def test_val_class_folder_missing_from_train(tmp_path: Path) -> None:
+    base = tmp_path / "tiny-imagenet-200"
+    _train_tree(base)
+    _image(base / "val" / "n77" / "a.png", 7)
+    with pytest.raises(DatasetError, match="class folders absent from"):
+        load_dataset(DatasetConfig(name="tinyimagenet", root=tmp_path), seed=0, num_clients=1)
