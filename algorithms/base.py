@@ -156,6 +156,9 @@ class Algorithm(ABC, Generic[P]):
         self.params: P = params
         self.model_factory = model_factory
         self._workspace: nn.Module | None = None
+        self.num_clients: int | None = None
+        """Population size N, set by the experiment builder (SCAFFOLD's server control
+        update needs it); None when the algorithm is used on its own."""
 
     @classmethod
     def mode_problem(cls, mode: object) -> str | None:

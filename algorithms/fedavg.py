@@ -1,23 +1,28 @@
 """FedAvg (McMahan et al. 2017), the synchronous baseline."""
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.training import train_from
+from fedclock.algorithms.schedules import ScheduleParams, decayed, params_for_round, payload_round, round_bytes, \
+    round_payload
+from fedclock.algorithms.training import local_sgd
 
 
-class FedAvgParams(AlgorithmParams):
-    """FedAvg hyper-parameters: local SGD ones plus the server learning rate."""
+class FedAvgParams(ScheduleParams):
+    """FedAvg hyper-parameters: local SGD ones (with the local lr decay) plus the server
+    learning rate and its decay."""
 
     server_lr: float = Field(default=1.0, gt=0, description="server learning rate eta_g applied to the "
                              "weighted mean delta")
     weighting: Literal["samples", "steps"] = Field(
         default="samples", description="weight of a delta: its client's samples n_p, or the local steps tau_p it ran")
+    server_lr_decay: float = Field(default=1.0, gt=0, le=1, description="server lr of round t is "
+                                   "server_lr * server_lr_decay**t")
 
 
 class FedAvg(Algorithm[FedAvgParams]):
@@ -41,6 +46,9 @@ class FedAvg(Algorithm[FedAvgParams]):
       round, ``staleness > 0``) is folded into the round it arrives in with exactly the same
       ``n_p`` weight as a punctual one: its delta, computed against the older ``w_tau``, is
       added to the current ``w`` (no staleness discount).
+    * Schedules (:mod:`~fedclock.algorithms.schedules`): round ``t`` = the server version;
+      local lr ``lr * lr_decay**t`` (the payload carries ``t`` when it decays), server lr
+      ``server_lr * server_lr_decay**t``. Both decays default to 1 (constant rates).
     """
 
     name: ClassVar[str] = "fedavg"
@@ -54,12 +62,28 @@ class FedAvg(Algorithm[FedAvgParams]):
         return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
 
     def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"]}
+        return {"weights": state.tensors["weights"], **round_payload(self.params, state.version)}
+
+    def download_bytes(self) -> int:
+        return super().download_bytes() + round_bytes(self.params)
+
+    def server_lr_at(self, version: int) -> float:
+        """The server learning rate applied when the server is at ``version``."""
+        return decayed(self.params.server_lr, self.params.server_lr_decay, version)
+
+    def local_train(self, payload: Tensors, data: ClientData, rng: torch.Generator,
+                    **hooks: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """:func:`~fedclock.algorithms.training.local_sgd` from ``payload["weights"]`` on the
+        workspace, ``task_steps(data)`` steps at the payload round's local learning rate;
+        ``hooks`` are passed through (``extra_loss``, ``loss_fn``, ``grad_fn``, ...)."""
+        params = params_for_round(self.params, payload_round(payload))
+        return local_sgd(self.workspace, self.model_factory, payload["weights"], data, params, rng,
+                         self.task_steps(data), **hooks)
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
-        local, metrics = train_from(self, start, data, rng)
+        local, metrics = self.local_train(payload, data, rng)
         return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
                             num_samples=data.num_train, metrics=metrics)
 
@@ -75,7 +99,7 @@ class FedAvg(Algorithm[FedAvgParams]):
         for a, size in zip(arrivals, sizes):
             coef = size / total if total > 0 else 1.0 / len(arrivals)
             step.add_(a.upload["delta"].to(step), alpha=coef)
-        new_weights = weights + self.params.server_lr * step
+        new_weights = weights + self.server_lr_at(state.version) * step
         return ServerState(tensors={**state.tensors, "weights": new_weights}, version=state.version + 1,
                            extra=dict(state.extra)), True
 

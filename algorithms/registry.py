@@ -6,18 +6,34 @@ from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.fedavg_async import FedAvgAsync
 from fedclock.algorithms.fedbuff import FedBuff
+from fedclock.algorithms.fedcm import FedCM
 from fedclock.algorithms.fedcr import FedCR
+from fedclock.algorithms.fedexp import FedExp
+from fedclock.algorithms.fedmrur import FedMRUR, FedMRURH, FedMRURN
 from fedclock.algorithms.fednova import FedNova
 from fedclock.algorithms.fedpac import FedPAC
+from fedclock.algorithms.fedprox import FedProx
+from fedclock.algorithms.fedsam import FedSAM
+from fedclock.algorithms.mofedsam import MoFedSAM
+from fedclock.algorithms.scaffold import Scaffold
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedAsync,
     FedAvg,
     FedAvgAsync,
     FedBuff,
+    FedCM,
     FedCR,
+    FedExp,
+    FedMRUR,
+    FedMRURH,
+    FedMRURN,
     FedNova,
     FedPAC,
+    FedProx,
+    FedSAM,
+    MoFedSAM,
+    Scaffold,
 )}
 
 

@@ -22,6 +22,7 @@ Choices, in one place:
   decompressed beside themselves first. Files are checked (IDX header against the file
   size) before torchvision reads them, so a broken file is named. EMNIST images are
   transposed upright, and the ``letters`` split's labels 1..26 become 0..25.
+* **TinyImageNet** is read from image folders by :mod:`fedclock.scenarios.tinyimagenet`.
 * **CIFAR-10/100** are read from the python pickles under ``<root>/cifar-10-batches-py``
   or ``<root>/cifar-100-python`` by this module (same on-disk format as torchvision):
   torchvision insists on the official MD5 of every file, which would reject subsets and
@@ -48,7 +49,8 @@ from fedclock.scenarios.schema import DatasetConfig
 
 __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "data_root", "load_dataset"]
 
-DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100")
+DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
+                                  "tinyimagenet")
 
 DATASET_SUMMARIES: dict[str, str] = {
     "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
@@ -58,6 +60,8 @@ DATASET_SUMMARIES: dict[str, str] = {
     "emnist": "EMNIST letters and digits, 28x28 grey, split chosen by dataset.emnist_split",
     "cifar10": "CIFAR-10 objects, 32x32 colour, 50k train / 10k test, 10 classes",
     "cifar100": "CIFAR-100 objects, 32x32 colour, 50k train / 10k test, 100 fine classes",
+    "tinyimagenet": "TinyImageNet, 64x64 colour, 100k train / 10k val (the test set), 200 classes; image "
+                    "folders under <root>/tiny-imagenet-200 (no download)",
 }
 
 # Fixed stream ids: each random use gets its own generator seeded by (seed, stream).
@@ -115,6 +119,16 @@ def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
         x_tr, y_tr, x_te, y_te, classes = _load_idx_family(cfg, root)
     elif cfg.name in ("cifar10", "cifar100"):
         x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, root)
+    elif cfg.name == "tinyimagenet":
+        from fedclock.scenarios.tinyimagenet import TinyImageNetMissing, load_tinyimagenet
+
+        if cfg.download:
+            raise DatasetError("dataset.download: TinyImageNet cannot be downloaded by fedclock; extract "
+                               f"tiny-imagenet-200 under {root} and set download: false")
+        try:
+            x_tr, y_tr, x_te, y_te, classes = load_tinyimagenet(root, cfg.image_size)
+        except TinyImageNetMissing as err:
+            raise DatasetError(str(err)) from None
     else:  # pragma: no cover - the schema restricts names
         raise DatasetError(f"dataset.name: unknown dataset {cfg.name!r} (allowed: {', '.join(DATASET_NAMES)})")
     return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)

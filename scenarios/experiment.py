@@ -50,7 +50,9 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     """Instantiate the scenario's algorithm for the federation's input shape and classes."""
     factory = ModelFactory(scenario.model.name, federation.input_shape, federation.num_classes,
                            tuple(scenario.model.hidden))
-    return get_algorithm(scenario.algorithm.name)(scenario.algorithm.params, factory)
+    algorithm = get_algorithm(scenario.algorithm.name)(scenario.algorithm.params, factory)
+    algorithm.num_clients = scenario.population.num_clients
+    return algorithm
 
 
 def describe_availability(scenario: Scenario) -> list[str]:

@@ -75,7 +75,8 @@ PartitionConfig = Annotated[
     Field(discriminator="type"),
 ]
 
-DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100"]
+DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
+                      "tinyimagenet"]
 
 
 class DatasetConfig(StrictModel):

@@ -1,0 +1,179 @@
+"""The client-level momentum core shared by FedCM, MoFedSAM and FedMRUR (with its ablations).
+
+One class, :class:`ClientMomentum`, implements the common protocol; the registered
+algorithms only switch three features on or off through class attributes:
+
+* ``use_sam``: the local gradient is the SAM gradient (:mod:`~fedclock.algorithms.sam`);
+* ``normalized``: the server aggregates by direction of the sum and mean of the norms
+  (:func:`normalized_aggregate`) instead of the plain mean;
+* ``hyperbolic``: the local objective adds FedMRUR's manifold regularizer
+  ``gamma * mean_batch exp(d_L^2(L_p, L_g) / sigma)`` (:mod:`~fedclock.algorithms.hyperbolic`).
+
+Protocol (ALGORITHMS.md, FedCM and FedMRUR; the **resolved** gradient-unit convention):
+
+* Round ``t``: the server sends ``w_t`` and ``Delta_t`` (``"momentum"``, zero at ``t = 0``), so
+  the download is twice the model (plus the round index when the local rate decays).
+* Client: ``K`` local steps (``K = local_steps(n)``) of ``w <- w - eta_l v`` with
+  ``v = alpha g + (1 - alpha) Delta_t``, ``g`` the (SAM) gradient of the local objective; the
+  mix is applied to ``.grad`` after the gradient is computed, and weight decay, if set, is
+  added by the optimizer on top of ``v``. Upload ``"update" = (w_t - w_K) / (K eta_l)``, the
+  client's average gradient (``eta_l`` = the round's local rate).
+* Server: ``Delta_{t+1} = mean_p update_p`` (or the normalized aggregate), and
+  ``w_{t+1} = w_t - eta_g tau Delta_{t+1}`` with ``tau = mean_p (K_p eta_l)`` over the
+  arrivals (the server recomputes ``K_p`` from ``num_samples`` and ``eta_l`` from the
+  version each task was dispatched with). With equal ``K`` this is the paper's
+  ``w_t - eta_g K eta_l Delta_{t+1}``, and with ``eta_g = 1`` and no normalization the model
+  step is the unweighted mean of the clients' model deltas. **Choice**: means are
+  unweighted (uniform client sampling, as in the papers), not FedAvg's sample weights.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from fedclock.algorithms.base import AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, Tensors
+from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.flatops import add_to_grads, param_views
+from fedclock.algorithms.hyperbolic import manifold_regularizer
+from fedclock.algorithms.sam import SAM_SAMPLE_COST, sam_grad_fn
+from fedclock.algorithms.schedules import local_lr, payload_round, round_bytes, round_payload
+
+FORWARD_COST = 1.0 / 3.0
+"""A forward pass without backward, relative to a forward/backward pass (the frozen global
+model's features in FedMRUR's regularizer)."""
+
+
+class ClientMomentumParams(FedAvgParams):
+    """FedAvg's hyper-parameters plus the momentum mixing weight ``alpha``."""
+
+    alpha: float = Field(default=0.1, gt=0, le=1, description="weight of the local gradient in "
+                         "v = alpha g + (1 - alpha) Delta_t (1 = no momentum)")
+
+
+def normalized_aggregate(updates: torch.Tensor) -> torch.Tensor:
+    """FedMRUR's normalized aggregation of stacked updates (one row per client):
+    ``(mean_p ||u_p||) * sum_p u_p / ||sum_p u_p||``; zero when the sum is zero."""
+    total = updates.sum(dim=0)
+    norm = torch.linalg.vector_norm(total)
+    if float(norm) == 0.0:
+        return torch.zeros_like(total)
+    mean_norm = torch.linalg.vector_norm(updates, dim=1).mean()
+    return total * (mean_norm / norm)
+
+
+class ClientMomentum(FedAvg):
+    """Base of the client-momentum family (not registered itself); see the module docstring."""
+
+    use_sam: ClassVar[bool] = False
+    normalized: ClassVar[bool] = False
+    hyperbolic: ClassVar[bool] = False
+    Params: ClassVar[type[AlgorithmParams]] = ClientMomentumParams
+
+    def __init__(self, params: Any, model_factory: Any) -> None:
+        super().__init__(params, model_factory)
+        self._frozen: nn.Module | None = None
+
+    # ------------------------------------------------------------------ server
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        weights = self.model_factory.initial_weights(rng)
+        return ServerState(tensors={"weights": weights, "momentum": torch.zeros_like(weights)})
+
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        return {"weights": state.tensors["weights"], "momentum": state.tensors["momentum"],
+                **round_payload(self.params, state.version)}
+
+    def download_bytes(self) -> int:
+        return 2 * self.model_factory.num_params * 4 + round_bytes(self.params)
+
+    def aggregate(self, updates: torch.Tensor) -> torch.Tensor:
+        """``Delta_{t+1}`` from the stacked updates: normalized or plain mean."""
+        return normalized_aggregate(updates) if self.normalized else updates.mean(dim=0)
+
+    def horizon(self, arrival: Arrival) -> float:
+        """``K_p eta_l`` of an arrival's task (0 for a client without training data); ``K_p``
+        is the steps the client reported (fewer than ``local_steps(n)`` under partial work)."""
+        if arrival.num_samples <= 0:
+            return 0.0
+        steps = arrival.steps if arrival.steps is not None else self.local_steps(arrival.num_samples)
+        return steps * local_lr(self.params, arrival.version_dispatched)
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        if not arrivals:
+            return state, False
+        weights = state.tensors["weights"]
+        updates = torch.stack([a.upload["update"].to(weights) for a in arrivals])
+        delta = self.aggregate(updates)
+        tau = sum(self.horizon(a) for a in arrivals) / len(arrivals)
+        new_weights = weights - self.server_lr_at(state.version) * tau * delta
+        return ServerState(tensors={**state.tensors, "weights": new_weights, "momentum": delta},
+                           version=state.version + 1, extra=dict(state.extra)), True
+
+    # ------------------------------------------------------------------ client
+    def to(self, device: torch.device | str) -> "ClientMomentum":
+        super().to(device)
+        if self._frozen is not None:
+            self._frozen = self._frozen.to(device)
+        return self
+
+    @property
+    def frozen(self) -> nn.Module:
+        """A second model instance holding the received global weights (FedMRUR's L_g)."""
+        if self._frozen is None:
+            device = next(self.workspace.parameters()).device
+            self._frozen = self.model_factory.build().to(device)
+            self._frozen.requires_grad_(False)
+        return self._frozen
+
+    def regularized_loss(self, start: torch.Tensor) -> Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """Batch loss ``CE + gamma * R`` with
+        ``R = mean_batch exp(min(d_L^2(exp_0(s h_p(x)), exp_0(s h_g(x))) / sigma, max_exponent))``
+        (``s`` = ``feature_scale``)
+        with ``h_g`` the body of the received (frozen) global model; its features are computed
+        once per batch (SAM's second pass reuses them)."""
+        p = self.params
+        frozen = self.frozen
+        self.model_factory.load_flat(frozen, start)
+        frozen.eval()
+        cache: dict[str, torch.Tensor] = {}
+
+        def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            if cache.get("x") is not x:
+                with torch.no_grad():
+                    cache["x"], cache["z"] = x, frozen.features(x)  # type: ignore[operator]
+            zp = model.features(x)  # type: ignore[operator]
+            logits = model.head(zp)  # type: ignore[operator]
+            scale = p.feature_scale
+            reg = manifold_regularizer(zp * scale, cache["z"] * scale, p.beta, p.sigma, p.max_exponent)
+            return F.cross_entropy(logits, y) + p.gamma * reg
+
+        return loss
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        start = payload["weights"]
+        device = next(self.workspace.parameters()).device
+        momentum = param_views(payload["momentum"], self.workspace)
+        alpha = self.params.alpha
+        hooks: dict[str, Any] = {"after_backward": lambda m: add_to_grads(m, momentum, scale=1.0 - alpha, keep=alpha)}
+        if self.use_sam:
+            hooks["grad_fn"] = sam_grad_fn(self.params.rho)
+        if self.hyperbolic:
+            hooks["loss_fn"] = self.regularized_loss(start.to(device))
+        local, metrics = self.local_train(payload, data, rng, **hooks)
+        steps = int(metrics["steps"])
+        start = start.to(local.device)
+        if steps > 0:
+            update = (start - local) / (steps * local_lr(self.params, payload_round(payload)))
+        else:
+            update = torch.zeros_like(start)
+        return ClientResult(upload={"update": update}, state=client_state, num_samples=data.num_train,
+                            metrics=metrics)
+
+
+SAM_HYPERBOLIC_COST = SAM_SAMPLE_COST + FORWARD_COST
+"""Per-sample cost of a SAM step plus one forward pass of the frozen global model."""
