@@ -24,7 +24,7 @@ import fedclock.scenarios as scenarios_pkg
 from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
-from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, read_yaml
+from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
 from fedclock.scenarios.rundirs import ResultsError
 
 EXIT_USAGE = 2
@@ -116,10 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite = load_suite(resolve_path(args.file), overrides)
         return _run(suite, args.out, quiet=args.quiet)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError) as exc:
-        print(f"fedclock: error: {exc}", file=sys.stderr)
+        print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
-        print(f"fedclock: error: {exc.args[0]}", file=sys.stderr)
+        print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)

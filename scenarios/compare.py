@@ -138,7 +138,8 @@ def write_comparison(frame: pd.DataFrame, out_dir: Path) -> tuple[Path, Path]:
 def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
     """The comparison as a rich table (accuracies in %, bytes in MB)."""
     table = Table(title=title, caption="s/ver. to T: virtual seconds and server version of the first evaluation "
-                  "with global accuracy >= T (- = never); pers. = final mean / p10 personalized accuracy; staleness = mean over applied")
+                  "with global accuracy >= T (- = never); pers. = final mean / p10 personalized accuracy; "
+                  "staleness = mean over applied")
     cols: list[tuple[str, str, Callable[[object], str]]] = [
         ("run", "run", str), ("algorithm", "algorithm", str), ("mode", "mode", str),
         ("global %", "global_accuracy", _pct), ("best %", "best_global_accuracy", _pct),

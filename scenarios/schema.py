@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 
 
 class StrictModel(BaseModel):
-    """Frozen model that rejects unknown keys."""
+    """Frozen model that rejects unknown keys, and infinite or NaN numbers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -97,6 +97,8 @@ class DatasetConfig(StrictModel):
     def _natural_only_for_synthetic(self) -> "DatasetConfig":
         if isinstance(self.partition, NaturalPartition) and self.name != "synthetic":
             raise ValueError("partition.type: 'natural' needs a dataset with its own client split (allowed with: synthetic)")
+        if self.name == "synthetic" and self.image_size is not None:
+            raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
         return self
 
 

@@ -23,8 +23,8 @@ def _write_run(folder: Path, times: list[float], versions: list[int], acc: list[
                  ).to_parquet(folder / "metrics.parquet")
     if events is not None:
         events.to_parquet(folder / "events.parquet")
-    (folder / "scenario.resolved.yaml").write_text(yaml.safe_dump({"name": folder.name, "algorithm": {"name": algorithm},
-                                                                   "mode": {"type": mode}}))
+    resolved = {"name": folder.name, "algorithm": {"name": algorithm}, "mode": {"type": mode}}
+    (folder / "scenario.resolved.yaml").write_text(yaml.safe_dump(resolved))
     return folder
 
 
@@ -32,7 +32,8 @@ def _events(status: list[str], staleness: list[float | None], finished: list[flo
     n = len(status)
     return pd.DataFrame({"client": list(range(n)), "dispatched_at": [0.0] * n, "finished_at": finished,
                          "status": status, "staleness": pd.array(staleness, dtype="Int64"),
-                         "bytes_down": [1000] * n, "bytes_up": [400 if s in ("applied", "dropped") else 0 for s in status]})
+                         "bytes_down": [1000] * n,
+                         "bytes_up": [400 if s in ("applied", "dropped") else 0 for s in status]})
 
 
 @pytest.fixture
