@@ -81,7 +81,7 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   backend=session, recorder=writer, seed=seed)
     reason = clock.run()
     writer.write_clients(_client_table(scenario, federation, devices, writer))
-    writer.flush()
+    writer.close()
     totals = writer.totals
     last = writer.last_metrics
     return RunSummary(

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from fedclock.scenarios.schema import Scenario
+from fedclock.scenarios.tensorboard import TensorBoardScalars
 from fedclock.scheduling.clock import APPLIED, DROPPED, Task
 
 EVENTS_SCHEMA = pa.schema([
@@ -115,6 +116,7 @@ class ResultsWriter:
         self._last_flush = self.started
         self.last_accuracy: float | None = None
         self.last_metrics: dict[str, float] = {}
+        self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if scenario.output.tensorboard else None
         self.flush()
 
     @property
@@ -147,11 +149,14 @@ class ResultsWriter:
         self._maybe_flush()
 
     def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None:
-        self.metrics.append({"virtual_time": now, "wall_time": self.wall_time, "version": version,
-                             "round": round_index, **metrics, "tasks_applied": self.totals.applied,
-                             "tasks_dropped": self.totals.dropped, "bytes_total": self.totals.bytes_total})
+        row = {"virtual_time": now, "wall_time": self.wall_time, "version": version, "round": round_index, **metrics,
+               "tasks_applied": self.totals.applied, "tasks_dropped": self.totals.dropped,
+               "bytes_total": self.totals.bytes_total}
+        self.metrics.append(row)
         self.last_accuracy = metrics.get("global_accuracy")
         self.last_metrics = dict(metrics)
+        if self.tensorboard is not None:
+            self.tensorboard.add(now, version, row)
         self._maybe_flush()
 
     def progress(self, now: float, version: int, in_flight: int) -> None:
@@ -169,7 +174,15 @@ class ResultsWriter:
     def flush(self) -> None:
         for table in (self.events, self.metrics, self.clients):
             table.flush()
+        if self.tensorboard is not None:
+            self.tensorboard.flush()
         self._last_flush = time.perf_counter()
+
+    def close(self) -> None:
+        """Flush everything and release the TensorBoard writer, if any."""
+        self.flush()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
     def client_columns(self) -> dict[str, np.ndarray]:
         """Per-client task counts, busy time and bytes from the events so far."""

@@ -297,6 +297,7 @@ class OutputConfig(StrictModel):
     dir: Path | None = Field(default=None, description="default results/<scenario name>")
     flush_every_s: NonNegativeFloat = 2.0
     progress: bool = True
+    tensorboard: bool = Field(default=False, description="also write TensorBoard scalars to <dir>/tensorboard")
 
 
 class AlgorithmConfig(BaseModel):
