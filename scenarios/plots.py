@@ -13,7 +13,8 @@ Written into ``DIR/plots`` (or ``--out``):
   drops or stale uploads. Rows are labelled with the client's compute speed when
   ``clients.parquet`` is present;
 * ``staleness.png``: histogram of the staleness of applied uploads, one outline per run;
-* ``bytes_per_client.png``: megabytes downloaded and uploaded by each client, per run.
+* ``bytes_per_client.png``: megabytes downloaded and uploaded by each client, per run (bars,
+  or lines beyond ``max_clients`` clients).
 
 matplotlib runs with the Agg backend (no display needed).
 """
@@ -55,7 +56,7 @@ def plot_runs(runs: Sequence[RunResults], out_dir: Path, max_clients: int = 60) 
     with_events = [r for r in runs if r.events is not None]
     if with_events:
         written.append(_save(staleness_figure(with_events), out_dir / "staleness.png"))
-        written.append(_save(bytes_figure(with_events), out_dir / "bytes_per_client.png"))
+        written.append(_save(bytes_figure(with_events, max_bars=max_clients), out_dir / "bytes_per_client.png"))
     return written
 
 
@@ -175,7 +176,8 @@ def staleness_figure(runs: Sequence[RunResults]) -> Figure:
         if len(st):
             values.append((run, st))
     top = int(max((v.max() for _, v in values), default=0))
-    bins = np.arange(-0.5, top + 1.5, 1.0)
+    width = max(1, int(np.ceil((top + 1) / 100)))  # at most about 100 bins
+    bins = np.arange(-0.5, top + width + 0.5, width)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (run, st) in enumerate(values):
         ax.hist(st, bins=bins, histtype="step", lw=2, color=colors[i % len(colors)],
@@ -192,8 +194,9 @@ def staleness_figure(runs: Sequence[RunResults]) -> Figure:
 
 
 # --------------------------------------------------------------------------- bytes
-def bytes_figure(runs: Sequence[RunResults]) -> Figure:
-    """Megabytes downloaded (top) and uploaded (bottom) per client, a bar per run."""
+def bytes_figure(runs: Sequence[RunResults], max_bars: int = 60) -> Figure:
+    """Megabytes downloaded (top) and uploaded (bottom) per client: a bar per run, or a line
+    per run when there are more than ``max_bars`` clients."""
     per_run: list[tuple[RunResults, pd.DataFrame]] = []
     for run in runs:
         ev = run.events
@@ -203,19 +206,24 @@ def bytes_figure(runs: Sequence[RunResults]) -> Figure:
         table = pd.DataFrame({"client": ev["client"].astype(int), **cols}).groupby("client").sum() / 1e6
         per_run.append((run, table))
     clients = sorted({int(c) for _, t in per_run for c in t.index})
-    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.45 * len(clients) * max(1, len(runs)) ** 0.5 + 3), 7),
-                             sharex=True, layout="constrained")
+    bars = len(clients) <= max_bars
+    width_in = min(20.0, max(8.0, 0.45 * len(clients) * max(1, len(runs)) ** 0.5 + 3)) if bars else 14.0
+    fig, axes = plt.subplots(2, 1, figsize=(width_in, 7), sharex=True, layout="constrained")
     width = 0.8 / max(1, len(per_run))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     x = np.arange(len(clients))
     for ax, col, what in ((axes[0], "bytes_down", "downloaded"), (axes[1], "bytes_up", "uploaded")):
         for i, (run, table) in enumerate(per_run):
             vals = table[col].reindex(clients, fill_value=0.0).to_numpy()
-            ax.bar(x - 0.4 + width * (i + 0.5), vals, width, color=colors[i % len(colors)], label=_label(run))
+            if bars:
+                ax.bar(x - 0.4 + width * (i + 0.5), vals, width, color=colors[i % len(colors)], label=_label(run))
+            else:
+                ax.plot(clients, vals, color=colors[i % len(colors)], lw=1.2, label=_label(run))
         ax.set_ylabel(f"MB {what}")
         ax.grid(axis="y", alpha=0.3)
-    axes[1].set_xticks(x)
-    axes[1].set_xticklabels([str(c) for c in clients], fontsize=8, rotation=90 if len(clients) > 40 else 0)
+    if bars:
+        axes[1].set_xticks(x)
+        axes[1].set_xticklabels([str(c) for c in clients], fontsize=8, rotation=90 if len(clients) > 40 else 0)
     axes[1].set_xlabel("client")
     fig.suptitle("bytes moved per client")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(3, len(per_run)),

@@ -112,3 +112,23 @@ def test_timeline_renders_any_status_and_cuts_phases_at_the_end() -> None:
     comm = x_spans(COMM_COLOR)
     assert (4.0, 5.0) in comm and (9.0, 10.0) in comm and (2.5, 3.0) in comm and (6.0, 6.0) in comm
     assert ax.get_xlim() == (0.0, 10.0)
+
+
+def test_many_clients_keep_figures_bounded(tmp_path: Path) -> None:
+    from fedclock.scenarios.plots import plot_runs
+
+    n = 400
+    rng = np.random.default_rng(0)
+    start = rng.uniform(0, 100, n * 3)
+    events = pd.DataFrame({
+        "client": np.tile(np.arange(n), 3), "dispatched_at": start, "finished_at": start + 5.0,
+        "download_s": 1.0, "compute_s": 3.0, "upload_s": 1.0, "status": "applied",
+        "staleness": pd.array(rng.integers(0, 3000, n * 3), dtype="Int64"),
+        "bytes_down": 10 ** 6, "bytes_up": rng.integers(0, 10 ** 6, n * 3)})
+    metrics = pd.DataFrame({"virtual_time": [0.0, 50.0, 100.0], "version": [0, 10, 20],
+                            "global_accuracy": [0.1, 0.5, 0.7]})
+    run = RunResults(name="big", path=tmp_path, metrics=metrics, events=events, clients=None, resolved=None)
+    for path in plot_runs([run], tmp_path / "plots", max_clients=40):
+        with Image.open(path) as img:
+            assert img.width <= 2400 and img.height <= 2400, path.name
+        assert _pixels(path).std() > 20, path.name
