@@ -9,7 +9,8 @@ For every run directory found (see :mod:`fedclock.scenarios.rundirs`) one row:
   version is one aggregation: one round in sync mode, one applied upload or buffer in async
   mode), both empty when the run never reached ``T``. Targets come from ``--target``
   (repeatable); without it the single target is the *common target*: the best accuracy that
-  every run reached, rounded down to a hundredth, so every row has a finite time to it;
+  every run reached, rounded down to a hundredth, so every row has a finite time to it.
+  The resolution is that of the evaluations (``evaluation.every``);
 * virtual time (the last event or evaluation), wall time (at the last evaluation), server
   versions, bytes moved (down and up, every task), uploads applied, uploads dropped, and the
   mean staleness of applied uploads.
