@@ -123,7 +123,9 @@ class Runtime:
             return
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "configure_logging": True}
+        # no dashboard, and were one enabled it would listen on loopback only (Ray's default, made explicit)
+        kwargs: dict[str, Any] = {"include_dashboard": False, "dashboard_host": "127.0.0.1",
+                                  "logging_level": "ERROR", "configure_logging": True}
         if self.address is not None:
             ray.init(address=self.address, **kwargs)
         else:

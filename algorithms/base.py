@@ -44,7 +44,7 @@ def payload_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
 class AlgorithmParams(BaseModel):
     """Hyper-parameters shared by every algorithm that trains locally with mini-batch SGD."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     lr: float = Field(default=0.05, gt=0, description="local learning rate eta_l")
     batch_size: int = Field(default=32, ge=1)

@@ -3,6 +3,8 @@
     fedclock run FILE [--out DIR] [--set key=value ...] [--backend ray|inline]
     fedclock validate FILE [--set key=value ...]
     fedclock list algorithms|datasets|scenarios
+    fedclock plot DIR [--out DIR]
+    fedclock compare DIR... [--target ACC ...] [--out DIR]
 
 FILE is a path, or the name of a shipped scenario (``quickstart``,
 ``library/async_heterogeneous``). User mistakes print one line, ``fedclock: error: …``, and
@@ -22,7 +24,8 @@ import fedclock.scenarios as scenarios_pkg
 from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
-from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, read_yaml
+from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
+from fedclock.scenarios.rundirs import ResultsError
 
 EXIT_USAGE = 2
 
@@ -70,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     lst = sub.add_parser("list", help="list algorithms, datasets or shipped scenarios")
     lst.add_argument("what", choices=["algorithms", "datasets", "scenarios"])
+    plot = sub.add_parser("plot", help="write PNG figures of a run or suite results directory")
+    plot.add_argument("dir", type=Path)
+    plot.add_argument("--out", type=Path, default=None, help="where the PNGs go (default: DIR/plots)")
+    plot.add_argument("--max-clients", type=int, default=60, help="clients shown in each timeline (default 60)")
+    cmp = sub.add_parser("compare", help="tabulate results across runs (writes compare.parquet and compare.csv)")
+    cmp.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
+    cmp.add_argument("--target", dest="targets", action="append", type=float, default=[], metavar="ACC",
+                     help="target global accuracy in (0, 1] for time/versions-to-target (repeatable; default: the "
+                     "best accuracy every run reached)")
+    cmp.add_argument("--out", type=Path, default=None,
+                     help="where compare.parquet/.csv go (default: DIR when one is given, else the current folder)")
     return parser
 
 
@@ -92,16 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = ", ".join(s.name for s in suite.runs)
             print(f"{suite.source}: ok ({len(suite.runs)} run{'s' if len(suite.runs) != 1 else ''}: {names})")
             return 0
+        if args.command == "plot":
+            return _plot(args.dir, args.out, args.max_clients)
+        if args.command == "compare":
+            return _compare(args.dirs, args.targets, args.out)
         overrides = list(args.overrides)
         if args.backend is not None:
             overrides.append(f"runtime.backend={args.backend}")
         suite = load_suite(resolve_path(args.file), overrides)
         return _run(suite, args.out, quiet=args.quiet)
-    except (ScenarioError, DatasetError, UsageError, ResourceError) as exc:
-        print(f"fedclock: error: {exc}", file=sys.stderr)
+    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError) as exc:
+        print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
-        print(f"fedclock: error: {exc.args[0]}", file=sys.stderr)
+        print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)
@@ -152,6 +170,39 @@ def _run(suite: Suite, out: Path | None, quiet: bool) -> int:
         console.print(f"results: {root}/<run>/ (metrics, events, clients .parquet) and {root}/summary.parquet")
     else:
         console.print(f"results: {summaries[0].out_dir}/ (metrics, events, clients .parquet)")
+    return 0
+
+
+def _plot(directory: Path, out: Path | None, max_clients: int) -> int:
+    from fedclock.scenarios.plots import plot_runs
+    from fedclock.scenarios.rundirs import find_runs
+
+    if max_clients < 1:
+        raise UsageError(f"--max-clients: must be at least 1 (got {max_clients})")
+    runs = find_runs([directory])
+    written = plot_runs(runs, out if out is not None else directory / "plots", max_clients=max_clients)
+    print(f"{len(written)} figure(s) of {len(runs)} run(s) in {written[0].parent}/")
+    return 0
+
+
+def _compare(dirs: Sequence[Path], targets: Sequence[float], out: Path | None) -> int:
+    from rich.console import Console
+
+    from fedclock.scenarios.compare import compare_runs, print_comparison, write_comparison
+    from fedclock.scenarios.rundirs import find_runs
+
+    for t in targets:
+        if not 0 < t <= 1:
+            raise UsageError(f"--target: must be an accuracy in (0, 1] (got {t})")
+    runs = find_runs(dirs)
+    frame = compare_runs(runs, targets)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)
+    print_comparison(frame, console, title=f"{len(runs)} run(s)")
+    where = out if out is not None else (dirs[0] if len(dirs) == 1 else Path("."))
+    parquet, csv = write_comparison(frame, where)
+    console.print(f"written: {parquet} and {csv}")
     return 0
 
 

@@ -390,11 +390,27 @@ def _load_cifar(cfg: DatasetConfig, root: Path
     return out[0], out[1], out[2], out[3], classes
 
 
+_CIFAR_GLOBALS = {(f"numpy.{core}.{module}", name) for core in ("core", "_core")
+                  for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"),
+                                       ("numeric", "_frombuffer"))} \
+    | {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles dicts, lists, strings and numpy arrays only: a CIFAR batch file that names any
+    other global (which could run code) is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}: a CIFAR batch holds only arrays")
+        return super().find_class(module, name)
+
+
 def _read_cifar_batch(path: Path, key: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR pickle: images (N, 3, 32, 32) uint8 and int64 labels."""
     try:
         with open(path, "rb") as f:
-            entry = pickle.load(f, encoding="latin1")
+            entry = _ArrayUnpickler(f, encoding="latin1").load()
         data = np.asarray(entry["data"], dtype=np.uint8)
         labels = np.asarray(entry[key], dtype=np.int64)
         images = data.reshape(-1, 3, 32, 32)

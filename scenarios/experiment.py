@@ -90,7 +90,7 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   backend=session, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline)
     reason = clock.run()
     writer.write_clients(_client_table(scenario, federation, devices, writer))
-    writer.flush()
+    writer.close()
     totals = writer.totals
     last = writer.last_metrics
     return RunSummary(

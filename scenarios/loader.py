@@ -44,7 +44,10 @@ class Suite:
 
 
 # --------------------------------------------------------------------------- reading
-class _UniqueKeyLoader(yaml.SafeLoader):
+_SafeBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when PyYAML has it
+
+
+class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
     """Safe YAML loader that rejects a key repeated in one mapping (PyYAML would silently
     keep the last one, so ``lr`` given twice would hide a mistake)."""
 
@@ -195,6 +198,7 @@ def _set_path(data: dict, keys: list[str], value: Any, source: str, text: str) -
 # --------------------------------------------------------------------------- validation
 def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> Scenario:
     """Validate one run's merged data (relative trace paths are read from ``base_dir``)."""
+    _check_keys(data, where)
     data = dict(data)
     algo = data.get("algorithm")
     if algo is None:
@@ -235,9 +239,25 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
     return scenario
 
 
+_SCALAR_MISMATCH = {"float_type", "float_parsing", "int_type", "int_parsing", "int_from_float", "bool_type",
+                    "bool_parsing", "string_type", "model_attributes_type", "model_type", "dict_type", "list_type",
+                    "finite_number", "literal_error"}
+
+
+def _pick_error(exc: ValidationError, model: type[BaseModel]) -> dict[str, Any]:
+    """The error to report: the first one, unless the same field failed in several union
+    branches; then the branch that got furthest (a mistake inside a ``{dist: ...}`` mapping
+    beats "Input should be a valid number" from the plain-number branch)."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    field, _ = _clean_loc(model, tuple(first["loc"]))
+    same = [e for e in errors if _clean_loc(model, tuple(e["loc"]))[0][:len(field)] == field]
+    return max(same, key=lambda e: (e["type"] not in _SCALAR_MISMATCH, len(e["loc"])))
+
+
 def format_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> str:
-    """The first error of a validation failure as one line: field path, problem, value."""
-    err = exc.errors(include_url=False)[0]
+    """The most telling error of a validation failure as one line: field path, problem, value."""
+    err = _pick_error(exc, model)
     kind = err["type"]
     raw_loc = tuple(err["loc"])
     if kind == "extra_forbidden":
@@ -246,12 +266,20 @@ def format_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str
     else:
         loc, allowed = _clean_loc(model, raw_loc)
     path = _dotted(prefix + loc)
-    msg = str(err["msg"]).replace("\n", " ")
+    msg = one_line(str(err["msg"]))
+    ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         text = f"unknown field (allowed: {', '.join(allowed)})" if allowed else "unknown field"
         return f"{path}: {text}"
     if kind == "missing":
         return f"{path}: required field is missing"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        key = str(ctx.get("discriminator", "type")).strip("'\"")
+        where = f"{path}.{key}" if path else key
+        tags = ", ".join(_tags_at(model, loc)) or str(ctx.get("expected_tags", ""))
+        if kind == "union_tag_not_found":
+            return f"{where}: required field is missing (allowed: {tags})"
+        return f"{where}: unknown value {one_line(str(ctx.get('tag')))!r} (allowed: {tags})"
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
         if _RELATIVE_FIELD.match(msg):  # validators start with the field path relative to their model
@@ -261,8 +289,49 @@ def format_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str
     if isinstance(value, (dict, list)):
         got = f" (got a {'mapping' if isinstance(value, dict) else 'list'})"
     else:
-        got = f" (got {value!r})"
+        got = f" (got {_short(value)})"
     return f"{path}: {msg}{got}" if path else f"{msg}{got}"
+
+
+_LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that could start a new line escaped (``\\n``, ``\\x1e``...)."""
+    return _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _tags_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The discriminator values allowed for the field at ``loc`` (a cleaned location)."""
+    candidates: list[type[BaseModel]] = [model]
+    annotation: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        owner = next((m for m in candidates if part in m.model_fields), None)
+        if owner is None:
+            return []
+        annotation = owner.model_fields[part].annotation
+        candidates = _model_classes(annotation)
+    return [t for t in (_tag_of(m) for m in candidates) if t is not None]
+
+
+def _check_keys(data: Any, where: str, path: tuple = ()) -> None:
+    """Every mapping key must be text: YAML reads ``1:`` or ``true:`` as a number or a bool."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                raise ScenarioError(f"{where}: {_dotted(path + (repr(key),))}: unknown field (keys are field names, "
+                                    f"got the {type(key).__name__} {_short(key)})")
+            _check_keys(value, where, path + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _check_keys(value, where, path + (i,))
 
 
 def _dotted(loc: tuple) -> str:
@@ -271,7 +340,10 @@ def _dotted(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            if not text or _LINE_BREAKS.search(text) or text != text.strip():
+                text = repr(text)
+            out += ("." if out else "") + text
     return out
 
 

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from fedclock.scenarios.schema import Scenario
+from fedclock.scenarios.tensorboard import TensorBoardScalars
 from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Task
 
 EVENTS_SCHEMA = pa.schema([
@@ -134,6 +135,7 @@ class ResultsWriter:
         self._last_flush = self.started
         self.last_accuracy: float | None = None
         self.last_metrics: dict[str, float] = {}
+        self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if scenario.output.tensorboard else None
         self.flush()
 
     @property
@@ -171,11 +173,14 @@ class ResultsWriter:
         self._maybe_flush()
 
     def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None:
-        self.metrics.append({"virtual_time": now, "wall_time": self.wall_time, "version": version,
-                             "round": round_index, **metrics, "tasks_applied": self.totals.applied,
-                             "tasks_dropped": self.totals.dropped, "bytes_total": self.totals.bytes_total})
+        row = {"virtual_time": now, "wall_time": self.wall_time, "version": version, "round": round_index, **metrics,
+               "tasks_applied": self.totals.applied, "tasks_dropped": self.totals.dropped,
+               "bytes_total": self.totals.bytes_total}
+        self.metrics.append(row)
         self.last_accuracy = metrics.get("global_accuracy")
         self.last_metrics = dict(metrics)
+        if self.tensorboard is not None:
+            self.tensorboard.add(now, version, row)
         self._maybe_flush()
 
     def timeline_event(self, record: Any) -> None:
@@ -200,7 +205,15 @@ class ResultsWriter:
     def flush(self) -> None:
         for table in (self.events, self.metrics, self.clients, self.timeline):
             table.flush()
+        if self.tensorboard is not None:
+            self.tensorboard.flush()
         self._last_flush = time.perf_counter()
+
+    def close(self) -> None:
+        """Flush everything and release the TensorBoard writer, if any."""
+        self.flush()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
     def client_columns(self) -> dict[str, np.ndarray]:
         """Per-client task counts, busy time and bytes from the events so far."""

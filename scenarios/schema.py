@@ -21,9 +21,9 @@ from fedclock.scenarios.heterogeneity_schema import (CompletenessConfig, Connect
 
 
 class StrictModel(BaseModel):
-    """Frozen model that rejects unknown keys."""
+    """Frozen model that rejects unknown keys, and infinite or NaN numbers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -103,6 +103,8 @@ class DatasetConfig(StrictModel):
     def _natural_only_for_synthetic(self) -> "DatasetConfig":
         if isinstance(self.partition, NaturalPartition) and self.name != "synthetic":
             raise ValueError("partition.type: 'natural' needs a dataset with its own client split (allowed with: synthetic)")
+        if self.name == "synthetic" and self.image_size is not None:
+            raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
         return self
 
 
@@ -380,6 +382,7 @@ class OutputConfig(StrictModel):
     dir: Path | None = Field(default=None, description="default results/<scenario name>")
     flush_every_s: NonNegativeFloat = 2.0
     progress: bool = True
+    tensorboard: bool = Field(default=False, description="also write TensorBoard scalars to <dir>/tensorboard")
 
 
 class AlgorithmConfig(BaseModel):

@@ -1,0 +1,108 @@
+"""Finding and reading result directories written by ``fedclock run``.
+
+A *run directory* holds ``metrics.parquet`` (and usually ``events.parquet``,
+``clients.parquet`` and ``scenario.resolved.yaml``); a *suite directory* holds several run
+directories, at any depth. ``fedclock plot`` and ``fedclock compare`` accept either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+METRICS_FILE = "metrics.parquet"
+EVENTS_FILE = "events.parquet"
+CLIENTS_FILE = "clients.parquet"
+RESOLVED_FILE = "scenario.resolved.yaml"
+
+REQUIRED_METRICS = ("virtual_time", "version", "global_accuracy")
+REQUIRED_EVENTS = ("client", "dispatched_at", "finished_at", "status")
+
+
+class ResultsError(Exception):
+    """A results directory that cannot be read; the message is one line for the user."""
+
+
+@dataclass
+class RunResults:
+    """The tables of one run directory (``events``/``clients`` are None when absent)."""
+
+    name: str
+    path: Path
+    metrics: pd.DataFrame
+    events: pd.DataFrame | None
+    clients: pd.DataFrame | None
+    resolved: dict[str, Any] | None
+
+    @property
+    def algorithm(self) -> str:
+        algo = (self.resolved or {}).get("algorithm")
+        return str(algo.get("name", "?")) if isinstance(algo, dict) else "?"
+
+    @property
+    def mode(self) -> str:
+        mode = (self.resolved or {}).get("mode")
+        return str(mode.get("type", "?")) if isinstance(mode, dict) else "?"
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[RunResults]:
+    """Every run directory under ``paths`` (each a run or a suite directory), read.
+
+    Run names are paths relative to the directory given; when two given directories hold
+    runs of the same name, the given directory's name is prefixed."""
+    found: list[tuple[str, Path, Path]] = []  # (relative name, given dir, run dir)
+    for given in (Path(p) for p in paths):
+        if not given.is_dir():
+            raise ResultsError(f"{given}: no such directory")
+        if (given / METRICS_FILE).is_file():
+            found.append((given.resolve().name or str(given), given, given))
+            continue
+        runs = sorted(p.parent for p in given.rglob(METRICS_FILE))
+        if not runs:
+            raise ResultsError(f"{given}: no results found (a run directory holds {METRICS_FILE}; "
+                               "a suite directory holds run directories)")
+        found += [(str(r.relative_to(given)), given, r) for r in runs]
+    names = [n for n, _, _ in found]
+    out = []
+    for name, given, run_dir in found:
+        if names.count(name) > 1:
+            name = f"{given.resolve().name}/{name}"
+        out.append(read_run(run_dir, name))
+    return out
+
+
+def read_run(run_dir: Path, name: str | None = None) -> RunResults:
+    """Read one run directory."""
+    metrics = _read_table(run_dir / METRICS_FILE, REQUIRED_METRICS)
+    events = _read_table(run_dir / EVENTS_FILE, REQUIRED_EVENTS) if (run_dir / EVENTS_FILE).is_file() else None
+    clients = _read_table(run_dir / CLIENTS_FILE, ("client",)) if (run_dir / CLIENTS_FILE).is_file() else None
+    resolved = None
+    if (run_dir / RESOLVED_FILE).is_file():
+        try:
+            loaded = yaml.safe_load((run_dir / RESOLVED_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise ResultsError(f"{run_dir / RESOLVED_FILE}: cannot read ({_one_line(err)})") from None
+        resolved = loaded if isinstance(loaded, dict) else None
+    return RunResults(name=name or run_dir.name, path=run_dir, metrics=metrics, events=events, clients=clients,
+                      resolved=resolved)
+
+
+def _read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise ResultsError(f"{path}: not a readable Parquet file ({_one_line(err)})") from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; not a fedclock results file")
+    return table.to_pandas()
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text[:200] + "..." if len(text) > 200 else text
