@@ -6,8 +6,14 @@ from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.fedavg_async import FedAvgAsync
 from fedclock.algorithms.fedbuff import FedBuff
+from fedclock.algorithms.fedupdate import FedUpdate
+from fedclock.algorithms.perfedavg import PerFedAvg
+from fedclock.algorithms.pfedme import PFedMe
+from fedclock.algorithms.plga import LGA, PLGA
+from fedclock.algorithms.spfl import SPFL, SPFLW, SPFLOneStep
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff)}
+ALGORITHMS.update({cls.name: cls for cls in (SPFL, SPFLW, SPFLOneStep, LGA, PLGA, PerFedAvg, PFedMe, FedUpdate)})
 
 
 class UnknownAlgorithm(KeyError):

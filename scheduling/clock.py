@@ -14,6 +14,8 @@ Two protocols:
   dropped, or (``late_results: include``) handed to the round that closes after they arrive.
 * :meth:`Clock.async_slots`: ``concurrency`` tasks in flight; each arrival is handed to the
   server at once, and the freed slot goes to an idle, available client.
+* :func:`~fedclock.scheduling.windows.windowed_rounds` (async mode with ``aggregation``):
+  arrivals are collected and applied once per fixed virtual-time window.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.availability import Availability
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.rng import Stream, numpy_rng
+from fedclock.scheduling.windows import windowed_rounds
 
 APPLIED = "applied"
 DROPPED = "dropped"
@@ -155,7 +158,12 @@ class Clock:
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
         """Run until a stop condition; return why it stopped."""
-        protocol = self.sync_rounds() if isinstance(self.mode, SyncMode) else self.async_slots()
+        if isinstance(self.mode, SyncMode):
+            protocol = self.sync_rounds()
+        elif self.mode.aggregation is not None:
+            protocol = windowed_rounds(self, self.mode.aggregation.window_s)
+        else:
+            protocol = self.async_slots()
         self.env.process(protocol)
         if self.stop.virtual_time_s is not None:
             self.env.process(self._time_budget(self.stop.virtual_time_s))
