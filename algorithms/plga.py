@@ -89,17 +89,17 @@ class LGA(Algorithm[PLGAParams]):
         base = w_t0 if self.params.leap == "eq10" else w_tau
         return base + weight * d * d * (w_tau - w_t1) + d
 
-    def personal_model(self, w_t0: torch.Tensor, w_t1: torch.Tensor, w_k: torch.Tensor,
+    def personal_model(self, w_t0: torch.Tensor, w_t1: torch.Tensor, d: torch.Tensor, w_k: torch.Tensor,
                        w_new: torch.Tensor) -> torch.Tensor:
         """PLGA's model for client ``k``: ``w^{t0} + (1 - S~)(w_k - w^{t0}) + S~ (w_new - w^{t0})``
-        with ``S~`` from ``cos(w^{t1} - w^{t0}, w_k - w^{t0})``, per stage (eq 13/14) or for the
-        whole model (eq 12)."""
-        ref, own = w_t1 - w_t0, w_k - w_t0
+        with ``S~ = e^S / (e + e^S)``, ``S = cos(w^{t1} - w^{t0}, d)``, per stage (eq 13/14) or
+        for the whole model (eq 12); ``w_k`` is the client's (leap-approximated) model."""
+        ref = w_t1 - w_t0
         groups = self.stages.values() if self.params.stagewise else [torch.arange(w_t0.numel())]
         out = w_t0.clone()
         for idx in groups:
-            s = leap_weight(cosine(ref[idx], own[idx]))
-            out[idx] = w_t0[idx] + (1.0 - s) * own[idx] + s * (w_new[idx] - w_t0[idx])
+            s = leap_weight(cosine(ref[idx], d[idx]))
+            out[idx] = w_t0[idx] + (1.0 - s) * (w_k[idx] - w_t0[idx]) + s * (w_new[idx] - w_t0[idx])
         return out
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
@@ -108,7 +108,7 @@ class LGA(Algorithm[PLGAParams]):
         extra = dict(state.extra)
         tau = state.version
         w_tau = tensors["weights"]
-        used: list[tuple[Arrival, torch.Tensor, torch.Tensor]] = []  # (arrival, w^{t0}, model)
+        used: list[tuple[Arrival, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (arrival, w^{t0}, d, model)
         for a in arrivals:
             t0 = a.version_dispatched
             if _hist(t0) not in tensors or (t0 < tau and _hist(t0 + 1) not in tensors):
@@ -117,15 +117,15 @@ class LGA(Algorithm[PLGAParams]):
             w_t0 = tensors[_hist(t0)]
             d = a.upload["delta"].to(w_t0)
             model = w_t0 + d if t0 >= tau else self.leap(w_t0, tensors[_hist(t0 + 1)], w_tau, d)
-            used.append((a, w_t0, model))
+            used.append((a, w_t0, d, model))
         if not used:
             return ServerState(tensors=tensors, version=state.version, extra=extra), False
-        w_new = torch.stack([m for _, _, m in used]).mean(dim=0)
+        w_new = torch.stack([m for _, _, _, m in used]).mean(dim=0)
         if self.personalize:
-            for a, w_t0, model in used:
+            for a, w_t0, d, model in used:
                 t0 = a.version_dispatched
                 w_t1 = w_new if t0 >= tau else tensors[_hist(t0 + 1)]
-                tensors[f"personal{a.client}"] = self.personal_model(w_t0, w_t1, model, w_new)
+                tensors[f"personal{a.client}"] = self.personal_model(w_t0, w_t1, d, model, w_new)
         tensors["weights"] = w_new
         tensors[_hist(tau + 1)] = w_new
         for key in [k for k in tensors if k.startswith("hist") and int(k[4:]) < tau + 1 - self.params.max_staleness]:
@@ -140,8 +140,8 @@ class PLGA(LGA):
     ``w^{tau+1}``, the server stores for ``k``
     ``w_kp = w^{t0} + (1 - S~_s(k)) (w_k^{tau} - w^{t0}) + S~_s(k) (w^{tau+1} - w^{t0})``
     per stage ``s`` (eq 13/14; ``stagewise: false`` gives eq 12 with one whole-model weight),
-    ``S~_s(k) = e^{S_s(k)} / (e + e^{S_s(k)})``, ``S_s(k) = cos(w_s^{t1} - w_s^{t0},
-    w_{s,k}^{tau} - w_s^{t0})``; ``w_k^{tau}`` is the (leap-approximated) model of ``k``.
+    ``S~_s(k) = e^{S_s(k)} / (e + e^{S_s(k)})``, ``S_s(k) = cos(w_s^{t1} - w_s^{t0}, d_s)`` with
+    ``d`` the client's update; ``w_k^{tau}`` is the (leap-approximated) model of ``k``.
     **Resolved:** the "global model" term is the model the server holds when it next sends
     to ``k`` (right after the aggregation, ``w^{tau+1}``); for a punctual client ``t1 = t0 + 1``
     is that same new model. ``k`` receives ``w_kp`` on its next dispatch and is evaluated
