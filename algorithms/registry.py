@@ -14,8 +14,13 @@ from fedclock.algorithms.fednova import FedNova
 from fedclock.algorithms.fedpac import FedPAC
 from fedclock.algorithms.fedprox import FedProx
 from fedclock.algorithms.fedsam import FedSAM
+from fedclock.algorithms.fedupdate import FedUpdate
 from fedclock.algorithms.mofedsam import MoFedSAM
+from fedclock.algorithms.perfedavg import PerFedAvg
+from fedclock.algorithms.pfedme import PFedMe
+from fedclock.algorithms.plga import LGA, PLGA
 from fedclock.algorithms.scaffold import Scaffold
+from fedclock.algorithms.spfl import SPFL, SPFLW, SPFLOneStep
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedAsync,
@@ -32,8 +37,16 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedPAC,
     FedProx,
     FedSAM,
+    FedUpdate,
     MoFedSAM,
+    PerFedAvg,
+    PFedMe,
+    LGA,
+    PLGA,
     Scaffold,
+    SPFL,
+    SPFLW,
+    SPFLOneStep,
 )}
 
 

@@ -330,14 +330,25 @@ class SyncMode(StrictModel):
         return self
 
 
+class WindowAggregation(StrictModel):
+    """Periodic aggregation in virtual time: the server folds in, every ``window_s`` seconds,
+    everything that arrived during the window, then sends the new model to idle clients
+    (see :mod:`fedclock.scheduling.windows`)."""
+
+    window_s: PositiveFloat = Field(description="length of one aggregation window (one server round)")
+
+
 class AsyncMode(StrictModel):
-    """A fixed number of tasks in flight; each completion frees a slot for an idle client."""
+    """A fixed number of tasks in flight; each completion frees a slot for an idle client.
+    With ``aggregation``, arrivals are instead collected and applied once per time window."""
 
     type: Literal["async"]
     concurrency: Annotated[int, Field(ge=1)] = 4
     task_timeout_s: PositiveFloat | None = Field(
         default=None, description="the server gives up on a task not back this long after its dispatch (its slot "
         "is freed then)")
+    aggregation: WindowAggregation | None = Field(
+        default=None, description="windowed aggregation: {window_s: ...}; default applies each arrival at once")
 
 
 ModeConfig = Annotated[Union[SyncMode, AsyncMode], Field(discriminator="type")]

@@ -14,6 +14,8 @@ Two protocols:
   dropped, or (``late_results: include``) handed to the round that closes after they arrive.
 * :meth:`Clock.async_slots`: ``concurrency`` tasks in flight; each arrival is handed to the
   server at once, and the freed slot goes to an idle, available client.
+* :func:`~fedclock.scheduling.windows.windowed_rounds` (async mode with ``aggregation``):
+  arrivals are collected and applied once per fixed virtual-time window.
 
 Incomplete work and lost connections (:mod:`fedclock.scheduling.heterogeneity`): at dispatch
 the clock decides how many local steps the task runs (its duration follows from them) and
@@ -38,6 +40,7 @@ from fedclock.scheduling.availability import Availability
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.rng import Stream, numpy_rng
+from fedclock.scheduling.windows import windowed_rounds
 
 APPLIED = "applied"
 DROPPED = "dropped"
@@ -208,7 +211,12 @@ class Clock:
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
         """Run until a stop condition; return why it stopped."""
-        protocol = self.sync_rounds() if isinstance(self.mode, SyncMode) else self.async_slots()
+        if isinstance(self.mode, SyncMode):
+            protocol = self.sync_rounds()
+        elif self.mode.aggregation is not None:
+            protocol = windowed_rounds(self, self.mode.aggregation.window_s)
+        else:
+            protocol = self.async_slots()
         if self.script is not None:
             self.script.start(self)
         self.env.process(protocol)
@@ -276,7 +284,7 @@ class Clock:
 
     def _sync_arrived(self, task: Task, late_inbox: list[Task]) -> None:
         if task.gives_up_at is not None:
-            self._give_up(task)
+            self.give_up(task)
             return
         self.busy.pop(task.client, None)
         if not task.late:
@@ -423,8 +431,9 @@ class Clock:
             self.mode = self.mode.model_copy(update={"cohort_size": cohort_size, "cohort_fraction": cohort_fraction})
 
     def refill(self) -> None:
-        """Async: give free slots to idle, available clients now (after a scripted change
-        freed capacity or brought clients back). Sync: nothing; the next round samples anew."""
+        """Async slots: give free slots to idle, available clients now (after a scripted
+        change freed capacity, brought clients back, or the server gave up on a task). Sync
+        rounds and aggregation windows: nothing; their next round or window dispatches anew."""
         if isinstance(self.mode, AsyncMode) and getattr(self, "_arrivals", None) is not None \
                 and not self.done.triggered:
             self.fill_slots()
@@ -472,11 +481,11 @@ class Clock:
 
     def _async_settled(self, task: Task) -> None:
         if task.gives_up_at is not None:
-            self._give_up(task)
+            self.give_up(task)
         else:
             self._arrivals.land(task)
 
-    def _give_up(self, task: Task) -> None:
+    def give_up(self, task: Task) -> None:
         """The server stops waiting for ``task`` (now, at ``task.gives_up_at``)."""
         self.in_flight.pop(task.index, None)
         self._end(task, LOST if task.lost else TIMED_OUT, self.env.now)
@@ -491,8 +500,7 @@ class Clock:
             back = self.env.timeout(task.finishes_at - self.env.now)
             back.callbacks.append(lambda _, t=task: self._client_back(t))
         self.recorder.progress(self.env.now, self.version, len(self.in_flight))
-        if isinstance(self.mode, AsyncMode) and not self.done.triggered:
-            self.fill_slots()
+        self.refill()
 
     def _client_back(self, task: Task) -> None:
         """A timed-out task really finished: its client is idle again; its result is
@@ -503,8 +511,7 @@ class Clock:
             del self.busy[task.client]
         self.backend.release(task, keep_state=True)
         task.client_free.succeed()
-        if isinstance(self.mode, AsyncMode) and not self.done.triggered:
-            self.fill_slots()
+        self.refill()
 
     def lose_connection(self, client: int) -> bool:
         """Scripted connection loss: ``client``'s running task (if its result has not yet

@@ -1,0 +1,155 @@
+"""LGA and PLGA: asynchronous FL with leap gradient approximation of stragglers' models and
+(PLGA) stage-wise personalized models."""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import ClassVar, Literal
+
+import torch
+from pydantic import Field
+
+from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
+    Tensors
+from fedclock.algorithms.similarity import cosine, leap_weight, model_stages
+from fedclock.algorithms.spfl import SPFL_PAPER
+from fedclock.algorithms.training import train_from
+
+
+class PLGAParams(AlgorithmParams):
+    """LGA/PLGA hyper-parameters (paper's async setup: B 64, beta 0.001, E 20)."""
+
+    lr: float = Field(default=0.001, gt=0, description="beta, the local learning rate")
+    batch_size: int = Field(default=64, ge=1)
+    leap: Literal["eq10", "eq11"] = Field(default="eq11", description="leap approximation form: eq10 starts "
+                                          "from w^{t0}, eq11 from w^{tau} (the paper's better one)")
+    stagewise: bool = Field(default=True, description="PLGA: personalize per model stage (eq 13/14) instead "
+                            "of with one whole-model weight (eq 12)")
+    max_staleness: int = Field(default=16, ge=1, description="global models kept for the leap; an arrival "
+                               "staler than this is ignored")
+
+
+def _hist(version: int) -> str:
+    return f"hist{version}"
+
+
+class LGA(Algorithm[PLGAParams]):
+    """Leap Gradient Approximation (LGA), the non-personalized part of PLGA.
+
+    Xie et al., "Personalized Heterogeneous Federated Learning with Gradient Similarity"
+    (PLGA for asynchronous FL; see ALGORITHMS.md, seed 004). Meant for the windowed async
+    mode (``mode: {type: async, aggregation: {window_s: ...}}``): one server round per window.
+
+    * Client ``k`` trains ``local_steps(n)`` SGD steps (lr = beta) from the model it received
+      and uploads its update ``d = w_end - w_start``. **Resolved:** the update is measured from
+      what the client received (its personalized model under PLGA) and applied to the global
+      model ``w^{t0}`` of the version it was dispatched at, i.e. ``w_k^{t0} = w^{t0} + d``.
+    * The server keeps the global models of the last ``max_staleness + 1`` versions. For an
+      arrival dispatched at ``t0`` handled at version ``tau > t0`` (a straggler), with
+      ``w^{t1}`` the global model of version ``t0 + 1``:
+      ``S(k) = cos(w^{t1} - w^{t0}, d)``, ``S~(k) = e^{S(k)} / (e^1 + e^{S(k)})`` and
+      eq (10): ``w_k^{tau} = w^{t0} + S~(k) d*d*(w^{tau} - w^{t1}) + d``, or
+      eq (11) (default): ``w_k^{tau} = w^{tau} + S~(k) d*d*(w^{tau} - w^{t1}) + d``
+      (elementwise products). A punctual arrival (``tau = t0``) is used as ``w^{t0} + d``.
+      Arrivals staler than ``max_staleness`` are ignored (counted in
+      ``extra["ignored_too_stale"]``).
+    * ``w^{tau+1}`` = equal-weight mean of the punctual models and the approximated
+      stragglers' models of the call (one window); an empty call changes nothing.
+    * LGA sends every client the global model.
+    """
+
+    name: ClassVar[str] = "lga"
+    summary: ClassVar[str] = "LGA: stragglers' stale models moved forward by a leap gradient approximation"
+    paper: ClassVar[str] = SPFL_PAPER
+    Params: ClassVar[type[AlgorithmParams]] = PLGAParams
+    modes: ClassVar[frozenset[str]] = frozenset({"async"})
+    personalize: ClassVar[bool] = False
+
+    @cached_property
+    def stages(self) -> dict[str, torch.Tensor]:
+        """Flat indices of each stage (see :func:`model_stages`)."""
+        return model_stages(self.model_factory)
+
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        w0 = self.model_factory.initial_weights(rng)
+        return ServerState(tensors={"weights": w0, _hist(0): w0}, extra={"ignored_too_stale": 0})
+
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        return {"weights": state.tensors.get(f"personal{client}", state.tensors["weights"])}
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        start = payload["weights"]
+        local, metrics = train_from(self, start, data, rng)
+        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
+                            num_samples=data.num_train, metrics=metrics)
+
+    def leap(self, w_t0: torch.Tensor, w_t1: torch.Tensor, w_tau: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        """The approximated straggler model ``w_k^{tau}`` (eq. 10 or 11)."""
+        weight = leap_weight(cosine(w_t1 - w_t0, d))
+        base = w_t0 if self.params.leap == "eq10" else w_tau
+        return base + weight * d * d * (w_tau - w_t1) + d
+
+    def personal_model(self, w_t0: torch.Tensor, w_t1: torch.Tensor, d: torch.Tensor, w_k: torch.Tensor,
+                       w_new: torch.Tensor) -> torch.Tensor:
+        """PLGA's model for client ``k``: ``w^{t0} + (1 - S~)(w_k - w^{t0}) + S~ (w_new - w^{t0})``
+        with ``S~ = e^S / (e + e^S)``, ``S = cos(w^{t1} - w^{t0}, d)``, per stage (eq 13/14) or
+        for the whole model (eq 12); ``w_k`` is the client's (leap-approximated) model."""
+        ref = w_t1 - w_t0
+        groups = self.stages.values() if self.params.stagewise else [torch.arange(w_t0.numel())]
+        out = w_t0.clone()
+        for idx in groups:
+            s = leap_weight(cosine(ref[idx], d[idx]))
+            out[idx] = w_t0[idx] + (1.0 - s) * (w_k[idx] - w_t0[idx]) + s * (w_new[idx] - w_t0[idx])
+        return out
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        tensors = dict(state.tensors)
+        extra = dict(state.extra)
+        tau = state.version
+        w_tau = tensors["weights"]
+        used: list[tuple[Arrival, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (arrival, w^{t0}, d, model)
+        for a in arrivals:
+            t0 = a.version_dispatched
+            if _hist(t0) not in tensors or (t0 < tau and _hist(t0 + 1) not in tensors):
+                extra["ignored_too_stale"] = int(extra["ignored_too_stale"]) + 1
+                continue
+            w_t0 = tensors[_hist(t0)]
+            d = a.upload["delta"].to(w_t0)
+            model = w_t0 + d if t0 >= tau else self.leap(w_t0, tensors[_hist(t0 + 1)], w_tau, d)
+            used.append((a, w_t0, d, model))
+        if not used:
+            return ServerState(tensors=tensors, version=state.version, extra=extra), False
+        w_new = torch.stack([m for _, _, _, m in used]).mean(dim=0)
+        if self.personalize:
+            for a, w_t0, d, model in used:
+                t0 = a.version_dispatched
+                w_t1 = w_new if t0 >= tau else tensors[_hist(t0 + 1)]
+                tensors[f"personal{a.client}"] = self.personal_model(w_t0, w_t1, d, model, w_new)
+        tensors["weights"] = w_new
+        tensors[_hist(tau + 1)] = w_new
+        for key in [k for k in tensors if k.startswith("hist") and int(k[4:]) < tau + 1 - self.params.max_staleness]:
+            del tensors[key]
+        return ServerState(tensors=tensors, version=tau + 1, extra=extra), True
+
+
+class PLGA(LGA):
+    """Personalized LGA (PLGA): LGA's server plus a personalized model per client.
+
+    When client ``k``'s result (dispatched at ``t0``) is aggregated at round ``tau``, giving
+    ``w^{tau+1}``, the server stores for ``k``
+    ``w_kp = w^{t0} + (1 - S~_s(k)) (w_k^{tau} - w^{t0}) + S~_s(k) (w^{tau+1} - w^{t0})``
+    per stage ``s`` (eq 13/14; ``stagewise: false`` gives eq 12 with one whole-model weight),
+    ``S~_s(k) = e^{S_s(k)} / (e + e^{S_s(k)})``, ``S_s(k) = cos(w_s^{t1} - w_s^{t0}, d_s)`` with
+    ``d`` the client's update; ``w_k^{tau}`` is the (leap-approximated) model of ``k``.
+    **Resolved:** the "global model" term is the model the server holds when it next sends
+    to ``k`` (right after the aggregation, ``w^{tau+1}``); for a punctual client ``t1 = t0 + 1``
+    is that same new model. ``k`` receives ``w_kp`` on its next dispatch and is evaluated
+    with it (personalized accuracy); clients never aggregated get the global model. The
+    global accuracy is the global model's.
+    """
+
+    name: ClassVar[str] = "plga"
+    summary: ClassVar[str] = "PLGA: LGA plus stage-wise similarity-weighted personalized models"
+    payload_is_shared: ClassVar[bool] = False
+    personalize: ClassVar[bool] = True

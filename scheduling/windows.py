@@ -1,0 +1,72 @@
+"""Windowed (periodic) aggregation in virtual time, for any asynchronous algorithm.
+
+With ``mode: {type: async, aggregation: {window_s: W}}`` the server works in fixed rounds of
+``W`` virtual seconds instead of reacting to each arrival:
+
+* at ``t = 0`` and at every window close ``t = k W`` the server sends its current model to
+  idle, available clients, in client-id order, until ``concurrency`` tasks are in flight
+  (availability is asked with the window index ``k`` as the round, so the
+  ``periodic_missing`` model skips whole windows);
+* a task arriving at ``t`` belongs to the window ``((k - 1) W, k W]`` that contains it (an
+  arrival exactly at ``k W`` is in window ``k``'s close); its client is idle from then on;
+* at the close ``k W`` every arrival of the window is handed to the server in **one**
+  ``server_receive`` call, ordered by (arrival time, client id), each with
+  ``staleness = server version now - version it was dispatched with``; a window with
+  arrivals gives one new version, an empty one none.
+
+So a client whose task takes between ``j W`` and ``(j + 1) W`` seconds, dispatched at a window
+close, is applied ``j`` windows after the punctual ones: with a new version every window its
+staleness is exactly ``j``. Stragglers therefore *emerge* from slow devices or links.
+
+With ``mode.task_timeout_s``, a task the server gives up on (lost, or slower than the
+timeout) ends at its give-up time and is not applied; its client is re-dispatched at a later
+window close once it is idle.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generator
+
+import simpy
+
+if TYPE_CHECKING:
+    from fedclock.scheduling.clock import Clock, Task
+
+
+def windowed_rounds(clock: "Clock", window_s: float) -> Generator[simpy.Event, Any, None]:
+    """The windowed protocol on ``clock`` (a SimPy process); ``clock.round`` counts windows."""
+    inbox: list["Task"] = []
+    _dispatch_idle(clock, inbox)
+    while not clock.done.triggered:
+        yield clock.env.timeout(window_s)
+        yield clock.env.timeout(0)  # let every arrival due at this instant land first
+        due = sorted(inbox, key=lambda t: (t.finishes_at, t.client, t.index))
+        inbox.clear()
+        for task in due:
+            task.staleness = clock.version - task.version
+        clock.aggregate(due)
+        clock.round += 1
+        if clock.stop.versions is not None and clock.version >= clock.stop.versions:
+            clock._finish("versions")
+            return
+        _dispatch_idle(clock, inbox)
+
+
+def _dispatch_idle(clock: "Clock", inbox: list["Task"]) -> None:
+    """Send the current model to idle, available clients (client-id order) up to the
+    concurrency; their arrivals go to ``inbox``."""
+    limit = getattr(clock.mode, "concurrency")
+    for client in range(len(clock.devices)):
+        if len(clock.in_flight) >= limit:
+            break
+        if client in clock.busy or not clock.availability[client].available(clock.env.now, clock.round):
+            continue
+        task = clock.dispatch(client)
+        task.arrival.callbacks.append(lambda _, t=task: _landed(clock, inbox, t))
+
+
+def _landed(clock: "Clock", inbox: list["Task"], task: "Task") -> None:
+    if task.gives_up_at is not None:  # lost or slower than mode.task_timeout_s: nothing to apply
+        clock.give_up(task)
+        return
+    clock.busy.pop(task.client, None)
+    inbox.append(task)
