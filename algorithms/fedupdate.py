@@ -58,7 +58,7 @@ class FedUpdate(FedAvg):
         params = p.model_copy(update={"lr": p.meta_lr or p.lr}) if meta else p
         start = payload["weights"]
         local, metrics = local_sgd(self.workspace, self.model_factory, start, data, params, rng,
-                                   self.local_steps(data.num_train))
+                                   self.task_steps(data))
         return ClientResult(upload={"delta": local - start.to(local.device), "meta_phase": payload["meta_phase"]},
                             state=client_state, num_samples=data.num_train, metrics=metrics)
 

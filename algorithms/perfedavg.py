@@ -105,7 +105,7 @@ class PerFedAvg(FedAvg):
 
         start = payload["weights"]
         local, metrics = local_sgd(self.workspace, self.model_factory, start, data, params, rng,
-                                   self.local_steps(data.num_train), loss_fn=loss_fn, grad_fn=grad_fn)
+                                   self.task_steps(data), loss_fn=loss_fn, grad_fn=grad_fn)
         return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
                             num_samples=data.num_train, metrics=metrics)
 

@@ -82,7 +82,7 @@ class PFedMe(Algorithm[PFedMeParams]):
                       rng: torch.Generator) -> ClientResult:
         theta: list[torch.Tensor] = []
         local, metrics = local_sgd(self.workspace, self.model_factory, payload["weights"], data, self.params, rng,
-                                   self.local_steps(data.num_train), grad_fn=self.prox_grad_fn(theta))
+                                   self.task_steps(data), grad_fn=self.prox_grad_fn(theta))
         return ClientResult(upload={"weights": local}, state={"theta": theta[0]}, num_samples=data.num_train,
                             metrics=metrics)
 

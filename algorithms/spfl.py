@@ -139,7 +139,7 @@ class SPFL(Algorithm[SPFLParams]):
         start = payload["refresh_from"] if refresh else payload["weights"]
         params = self.params.model_copy(update={"lr": self.step_factor * self.params.lr})
         local, metrics = local_sgd(self.workspace, self.model_factory, start, data, params, rng,
-                                   self.local_steps(data.num_train))
+                                   self.task_steps(data))
         start = start.to(local.device)
         if refresh:
             upload = {"refresh": start - local}
