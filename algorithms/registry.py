@@ -1,13 +1,23 @@
 """The algorithms fedclock ships, by name. Registration is explicit: add a class here."""
 from __future__ import annotations
 
+from fedclock.algorithms.apfl import APFL
 from fedclock.algorithms.base import Algorithm
+from fedclock.algorithms.ditto import Ditto
 from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.fedavg_async import FedAvgAsync
+from fedclock.algorithms.fedavg_dp import FedAvgDP
+from fedclock.algorithms.fedavg_ft import FedAvgFT
+from fedclock.algorithms.fedbabu import FedBABU
 from fedclock.algorithms.fedbuff import FedBuff
+from fedclock.algorithms.fedper import FedPer
+from fedclock.algorithms.fedreco import FedReCo, FedReCoDP
+from fedclock.algorithms.fedrep import FedRep
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff,
+                                                                  FedAvgDP, FedAvgFT, Ditto, FedRep, FedPer, FedBABU, APFL,
+                                                                  FedReCo, FedReCoDP)}
 
 
 class UnknownAlgorithm(KeyError):
