@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from fedclock.algorithms.registry import UnknownAlgorithm, get_algorithm
+from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.schema import AlgorithmConfig, Scenario
 
 DISCRIMINATORS = ("type", "name", "dist")
@@ -220,7 +221,7 @@ def validate_scenario(data: dict, where: str) -> Scenario:
         allowed = ", ".join(sorted(cls.modes))
         raise ScenarioError(f"{where}: mode.type: algorithm {name!r} does not run in {scenario.mode.type} mode "
                             f"(allowed: {allowed})")
-    problem = cls.mode_problem(scenario.mode)
+    problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     return scenario

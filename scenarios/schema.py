@@ -297,6 +297,23 @@ class OutputConfig(StrictModel):
     progress: bool = True
 
 
+class CKAAnalysis(StrictModel):
+    """Linear CKA per layer between each client's local model after local training and the
+    global model, after the last round (written to cka.parquet). ``analysis: cka`` is short
+    for ``analysis: {type: cka}``."""
+
+    type: Literal["cka"]
+    samples: Annotated[int, Field(ge=2)] = Field(default=256, description="inputs per client (its first training "
+                                                 "samples)")
+    clients: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        default=None, description="clients to analyse (default: all)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: object) -> object:
+        return {"type": data} if isinstance(data, str) else data
+
+
 class AlgorithmConfig(BaseModel):
     """An algorithm name and its typed hyper-parameters (validated by the loader)."""
 
@@ -321,6 +338,7 @@ class Scenario(StrictModel):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    analysis: CKAAnalysis | None = Field(default=None, description="post-run analysis: cka")
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":
@@ -333,6 +351,11 @@ class Scenario(StrictModel):
         if isinstance(self.mode, AsyncMode) and self.mode.concurrency > self.population.num_clients:
             raise ValueError(f"mode.concurrency: {self.mode.concurrency} exceeds population.num_clients "
                              f"({self.population.num_clients})")
+        if self.analysis is not None and self.analysis.clients is not None:
+            bad = [c for c in self.analysis.clients if c >= self.population.num_clients]
+            if bad:
+                raise ValueError(f"analysis.clients: client {bad[0]} does not exist "
+                                 f"(allowed: 0..{self.population.num_clients - 1})")
         if self.runtime.placement == "dedicated" and self.runtime.num_actors not in (None, self.population.num_clients):
             raise ValueError(f"runtime.num_actors: dedicated placement gives one actor per client "
                              f"({self.population.num_clients}); leave it unset or use placement 'pooled'")
