@@ -86,7 +86,8 @@ class APFL(FedAvg):
 
     def _state(self, payload: Tensors, client_state: Tensors | None) -> tuple[torch.Tensor, torch.Tensor]:
         if client_state is None:
-            return payload["weights"], torch.tensor([self.params.alpha], dtype=torch.float32)  # type: ignore[attr-defined]
+            p: APFLParams = self.params  # type: ignore[assignment]
+            return payload["weights"], torch.tensor([p.alpha], dtype=torch.float32)
         return client_state["personal"], client_state["alpha"]
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,

@@ -117,7 +117,8 @@ class FedReCo(Algorithm[FedReCoParams]):
             h = model.body(x)  # type: ignore[operator]
             with torch.no_grad():
                 h0 = anchor.body(x)
-            return F.cross_entropy(model.head(h), y) + 0.5 * lam * representation_penalty(h, h0)  # type: ignore[operator]
+            logits = model.head(h)  # type: ignore[operator]
+            return F.cross_entropy(logits, y) + 0.5 * lam * representation_penalty(h, h0)
 
         return loss
 

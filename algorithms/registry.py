@@ -15,9 +15,10 @@ from fedclock.algorithms.fedper import FedPer
 from fedclock.algorithms.fedreco import FedReCo, FedReCoDP
 from fedclock.algorithms.fedrep import FedRep
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff,
-                                                                  FedAvgDP, FedAvgFT, Ditto, FedRep, FedPer, FedBABU, APFL,
-                                                                  FedReCo, FedReCoDP)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
+    FedAvg, FedAvgAsync, FedAsync, FedBuff,
+    FedAvgDP, FedAvgFT, Ditto, FedRep, FedPer, FedBABU, APFL, FedReCo, FedReCoDP,
+)}
 
 
 class UnknownAlgorithm(KeyError):
