@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 from fedclock.algorithms.base import Algorithm
+from fedclock.algorithms.apfl import APFL
+from fedclock.algorithms.ditto import Ditto
 from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.fedavg_async import FedAvgAsync
+from fedclock.algorithms.fedavg_dp import FedAvgDP
+from fedclock.algorithms.fedavg_ft import FedAvgFT
+from fedclock.algorithms.fedbabu import FedBABU
 from fedclock.algorithms.fedbuff import FedBuff
 from fedclock.algorithms.fedcm import FedCM
 from fedclock.algorithms.fedcr import FedCR
@@ -12,7 +17,10 @@ from fedclock.algorithms.fedexp import FedExp
 from fedclock.algorithms.fedmrur import FedMRUR, FedMRURH, FedMRURN
 from fedclock.algorithms.fednova import FedNova
 from fedclock.algorithms.fedpac import FedPAC
+from fedclock.algorithms.fedper import FedPer
 from fedclock.algorithms.fedprox import FedProx
+from fedclock.algorithms.fedreco import FedReCo, FedReCoDP
+from fedclock.algorithms.fedrep import FedRep
 from fedclock.algorithms.fedsam import FedSAM
 from fedclock.algorithms.fedupdate import FedUpdate
 from fedclock.algorithms.mofedsam import MoFedSAM
@@ -23,9 +31,14 @@ from fedclock.algorithms.scaffold import Scaffold
 from fedclock.algorithms.spfl import SPFL, SPFLW, SPFLOneStep
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
+    APFL,
+    Ditto,
     FedAsync,
     FedAvg,
     FedAvgAsync,
+    FedAvgDP,
+    FedAvgFT,
+    FedBABU,
     FedBuff,
     FedCM,
     FedCR,
@@ -35,7 +48,11 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedMRURN,
     FedNova,
     FedPAC,
+    FedPer,
     FedProx,
+    FedReCo,
+    FedReCoDP,
+    FedRep,
     FedSAM,
     FedUpdate,
     MoFedSAM,

@@ -12,6 +12,7 @@ from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import get_algorithm
+from fedclock.scenarios.analysis import run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.results import ResultsWriter
 from fedclock.scenarios.schema import AsyncMode, Scenario
@@ -89,6 +90,7 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
                   backend=session, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline)
     reason = clock.run()
+    run_analysis(scenario, algorithm, federation, session, out_dir)
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     writer.close()
     totals = writer.totals

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from fedclock.algorithms.registry import UnknownAlgorithm, get_algorithm
+from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.schema import AlgorithmConfig, Scenario
 
 DISCRIMINATORS = ("type", "name", "dist")
@@ -233,7 +234,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
             if cfg is not None and cfg.type != "full":
                 raise ScenarioError(f"{where}: {field}.type: algorithm {name!r} always runs its full local work "
                                     f"(allowed: full; got {cfg.type!r})")
-    problem = cls.mode_problem(scenario.mode)
+    problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     return scenario

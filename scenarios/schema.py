@@ -396,6 +396,23 @@ class OutputConfig(StrictModel):
     tensorboard: bool = Field(default=False, description="also write TensorBoard scalars to <dir>/tensorboard")
 
 
+class CKAAnalysis(StrictModel):
+    """Linear CKA per layer between each client's local model after local training and the
+    global model, after the last round (written to cka.parquet). ``analysis: cka`` is short
+    for ``analysis: {type: cka}``."""
+
+    type: Literal["cka"]
+    samples: Annotated[int, Field(ge=2)] = Field(default=256, description="inputs per client (its first training "
+                                                 "samples)")
+    clients: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        default=None, description="clients to analyse (default: all)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: object) -> object:
+        return {"type": data} if isinstance(data, str) else data
+
+
 class AlgorithmConfig(BaseModel):
     """An algorithm name and its typed hyper-parameters (validated by the loader)."""
 
@@ -591,6 +608,7 @@ class Scenario(StrictModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
+    analysis: CKAAnalysis | None = Field(default=None, description="post-run analysis: cka")
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":
@@ -606,6 +624,11 @@ class Scenario(StrictModel):
         if isinstance(self.mode, AsyncMode) and self.mode.concurrency > self.population.num_clients:
             raise ValueError(f"mode.concurrency: {self.mode.concurrency} exceeds population.num_clients "
                              f"({self.population.num_clients})")
+        if self.analysis is not None and self.analysis.clients is not None:
+            bad = [c for c in self.analysis.clients if c >= self.population.num_clients]
+            if bad:
+                raise ValueError(f"analysis.clients: client {bad[0]} does not exist "
+                                 f"(allowed: 0..{self.population.num_clients - 1})")
         if self.runtime.placement == "dedicated" and self.runtime.num_actors not in (None, self.population.num_clients):
             raise ValueError(f"runtime.num_actors: dedicated placement gives one actor per client "
                              f"({self.population.num_clients}); leave it unset or use placement 'pooled'")

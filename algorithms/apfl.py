@@ -1,0 +1,139 @@
+"""APFL (Deng et al. 2020): adaptive mixture of a local and the global model."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+from torch.func import functional_call
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
+    evaluate_flat
+from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.training import local_sgd
+
+
+class APFLParams(FedAvgParams):
+    """FedAvg hyper-parameters plus APFL's mixing weight."""
+
+    alpha: float = Field(default=0.25, ge=0, le=1, description="initial mixing weight alpha_p of the local model")
+    adapt_alpha: bool = Field(default=True, description="update alpha_p by gradient descent (clipped to [0, 1])")
+
+
+class _Pair(nn.Module):
+    """The global copy w, the local model v and alpha as one module, so one SGD step of
+    :func:`local_sgd` on :func:`_apfl_loss` performs APFL's three simultaneous updates.
+    Flat layout (``parameters()`` lists a module's own parameters before its children's):
+    ``[alpha, w, v]``."""
+
+    def __init__(self, factory: ModelFactory) -> None:
+        super().__init__()
+        self.w = factory.build()
+        self.v = factory.build()
+        self.alpha = nn.Parameter(torch.zeros(1))
+
+
+def _apfl_loss(pair: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``F(w) + F(vbar)`` with ``vbar = alpha v + (1 - alpha) stopgrad(w)``: its gradient is
+    ``grad F(w)`` for w, ``alpha grad F(vbar)`` for v and ``<v - w, grad F(vbar)>`` for alpha."""
+    a = pair.alpha[0]
+    w_params = dict(pair.w.named_parameters())
+    mixed = {k: a * v + (1 - a) * w_params[k].detach() for k, v in pair.v.named_parameters()}
+    return F.cross_entropy(pair.w(x), y) + F.cross_entropy(functional_call(pair.w, mixed, (x,)), y)
+
+
+class APFL(FedAvg):
+    """APFL: Adaptive Personalized Federated Learning.
+
+    Deng, Kamani, Mahdavi, "Adaptive Personalized Federated Learning", arXiv:2003.13461, 2020.
+
+    Client p keeps a local model v_p and a mixing weight alpha_p (persistent state
+    ``{"personal": v_p, "alpha": [alpha_p]}``; on the first task v_p is the received global
+    model and alpha_p = ``alpha``). Each local step on a batch, all with the values before
+    the step: ``w <- w - eta grad F(w)``; ``vbar = alpha v + (1 - alpha) w``;
+    ``v <- v - eta alpha grad F(vbar)`` (the gradient of F(vbar) with respect to v);
+    ``alpha <- clip_[0,1](alpha - eta <v - w, grad F(vbar)>)`` (if ``adapt_alpha``). The
+    client uploads ``w - w^t``; the server is FedAvg. Personalized accuracy: the mixture
+    ``alpha_p v_p + (1 - alpha_p) w`` with w the latest received global model.
+    **Choices:** the three updates are simultaneous (one SGD step on a joint objective,
+    :func:`_apfl_loss`); alpha takes a projected step of its own inside the step hook, so
+    momentum, weight decay and gradient clipping act on w and v only; a step costs two
+    passes per sample (``sample_cost = 2``).
+    """
+
+    name: ClassVar[str] = "apfl"
+    summary: ClassVar[str] = "FedAvg plus a local model mixed with the global one by an adaptive alpha"
+    paper: ClassVar[str] = "Deng et al., Adaptive Personalized Federated Learning, arXiv 2020"
+    Params: ClassVar[type[AlgorithmParams]] = APFLParams
+    sample_cost: ClassVar[float] = 2.0
+
+    def __init__(self, params: APFLParams, model_factory: ModelFactory) -> None:
+        super().__init__(params, model_factory)  # type: ignore[arg-type]
+        self._pair: _Pair | None = None
+
+    def _pair_module(self) -> _Pair:
+        if self._pair is None:
+            self._pair = _Pair(self.model_factory).to(next(self.workspace.parameters()).device)
+        return self._pair
+
+    def to(self, device: torch.device | str) -> "APFL":
+        super().to(device)
+        self._pair = self._pair_module().to(device)
+        return self
+
+    def _state(self, payload: Tensors, client_state: Tensors | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if client_state is None:
+            p: APFLParams = self.params  # type: ignore[assignment]
+            return payload["weights"], torch.tensor([p.alpha], dtype=torch.float32)
+        return client_state["personal"], client_state["alpha"]
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        p: APFLParams = self.params  # type: ignore[assignment]
+        start = payload["weights"]
+        personal, alpha = self._state(payload, client_state)
+        pair = self._pair_module()
+
+        def alpha_step(module: nn.Module) -> None:
+            a = module.alpha  # type: ignore[union-attr]
+            if p.adapt_alpha and a.grad is not None:
+                with torch.no_grad():
+                    a.sub_(p.lr * a.grad).clamp_(0.0, 1.0)
+            a.grad = None
+
+        flat = torch.cat([alpha.to(torch.float32), start.to(torch.float32), personal.to(torch.float32)])
+        out, metrics = local_sgd(pair, _PairFactory, flat, data, p, rng, self.local_steps(data.num_train),
+                                 loss_fn=_apfl_loss, after_backward=alpha_step)
+        n = self.model_factory.num_params
+        new_alpha, local, new_personal = out[:1].clone(), out[1:n + 1], out[n + 1:].clone()
+        metrics = {**metrics, "alpha": float(new_alpha[0])}
+        return ClientResult(upload={"delta": local - start.to(local)},
+                            state={"personal": new_personal, "alpha": new_alpha},
+                            num_samples=data.num_train, metrics=metrics)
+
+    def mixture(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
+        """The personalized model ``alpha_p v_p + (1 - alpha_p) w`` (flat)."""
+        personal, alpha = self._state(payload, client_state)
+        a = float(alpha[0])
+        return a * personal + (1 - a) * payload["weights"].to(personal)
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        return evaluate_flat(self.workspace, self.model_factory, self.mixture(payload, client_state),
+                             data.x_test, data.y_test, batch_size)
+
+    def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                    rng: torch.Generator) -> torch.Tensor:
+        """The personalized mixture after one more task (CKA analysis)."""
+        result = self.client_update(payload, client_state, data, rng)
+        return self.mixture(payload, result.state)
+
+
+class _PairFactory:
+    """The two flat-vector operations :func:`local_sgd` needs, for any module."""
+
+    flatten = staticmethod(ModelFactory.flatten)
+    load_flat = staticmethod(ModelFactory.load_flat)

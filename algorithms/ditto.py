@@ -1,0 +1,76 @@
+"""Ditto (Li et al. 2021): FedAvg plus a personal model pulled towards the global one."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from pydantic import Field
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
+    evaluate_flat
+from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.training import local_sgd, proximal_loss, train_from
+
+
+class DittoParams(FedAvgParams):
+    """FedAvg hyper-parameters plus Ditto's regularization and personal steps."""
+
+    lam: float = Field(default=0.01, ge=0, description="lambda of the pull lambda/2 ||v - w^t||^2 of the personal "
+                       "model towards the received global model (FedReCo paper's setup: 0.01)")
+    personal_steps: int | None = Field(default=None, ge=1, description="steps s on the personal model per task "
+                                       "(default: the same number as the global model's local steps)")
+
+
+class Ditto(FedAvg):
+    """Ditto.
+
+    Li, Hu, Beirami, Smith, "Ditto: Fair and Robust Federated Learning Through
+    Personalization", ICML 2021.
+
+    The global model is trained exactly as in :class:`~fedclock.algorithms.fedavg.FedAvg`
+    (local SGD from ``w^t``, the delta uploaded, sample-weighted mean on the server). Each
+    client also keeps a personal model v_p (persistent state ``{"personal": v_p}``, equal to
+    the received ``w^t`` on the client's first task) and per task runs ``personal_steps``
+    SGD steps (default: as many as the global model's) on
+    ``F_p(v) + lam/2 ||v - w^t||^2`` with the same ``lr`` and batch size. Personalized
+    accuracy: v_p. **Choices:** the global model's steps run first, then the personal ones,
+    drawing batches from the task's generator in that order; the task costs two passes per
+    sample (``sample_cost = 2``).
+    """
+
+    name: ClassVar[str] = "ditto"
+    summary: ClassVar[str] = "FedAvg plus a personal model regularized towards the global model"
+    paper: ClassVar[str] = "Li et al., Ditto: Fair and Robust Federated Learning Through Personalization, ICML 2021"
+    Params: ClassVar[type[AlgorithmParams]] = DittoParams
+    sample_cost: ClassVar[float] = 2.0
+
+    def _personal_steps(self, n: int) -> int:
+        p: DittoParams = self.params  # type: ignore[assignment]
+        return p.personal_steps if p.personal_steps is not None else self.local_steps(n)
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        p: DittoParams = self.params  # type: ignore[assignment]
+        start = payload["weights"]
+        local, metrics = train_from(self, start, data, rng)
+        personal = start if client_state is None else client_state["personal"]
+        pull = proximal_loss(start, p.lam, self.workspace)
+        personal, m_personal = local_sgd(self.workspace, self.model_factory, personal, data, p, rng,
+                                         self._personal_steps(data.num_train), pull)
+        metrics = {**metrics, "personal_loss": m_personal["train_loss"]}
+        return ClientResult(upload={"delta": local - start.to(local.device)}, state={"personal": personal},
+                            num_samples=data.num_train, metrics=metrics)
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        weights = payload["weights"] if client_state is None else client_state["personal"]
+        return evaluate_flat(self.workspace, self.model_factory, weights, data.x_test, data.y_test, batch_size)
+
+    def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                    rng: torch.Generator) -> torch.Tensor:
+        """The personal model after one more task (CKA analysis)."""
+        return self.client_update(payload, client_state, data, rng).state["personal"]  # type: ignore[index]
+
+    def work(self, num_samples: int) -> float:
+        per_step = min(self.params.batch_size, max(num_samples, 1))
+        return (self.local_steps(num_samples) + self._personal_steps(num_samples)) * per_step

@@ -1,0 +1,45 @@
+"""FedAvg-FT: FedAvg whose clients fine-tune the global model before testing."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData, EvalResult, Tensors
+from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.personal import finetune_evaluate
+
+
+class FedAvgFTParams(FedAvgParams):
+    """FedAvg hyper-parameters plus the evaluation-time fine-tuning length."""
+
+    finetune_epochs: float = Field(default=1.0, ge=0, description="epochs of local fine-tuning of the whole "
+                                   "global model before a client tests it (0 = test the global model)")
+
+
+class FedAvgFT(FedAvg):
+    """FedAvg with local fine-tuning at evaluation (the personalized FedAvg baseline of the
+    FedReCo paper's Table 1).
+
+    Training and the server rule are exactly :class:`~fedclock.algorithms.fedavg.FedAvg`'s.
+    Personalized accuracy: each client copies the current global model, fine-tunes all of it
+    for ``finetune_epochs`` epochs (default 1) of SGD with the training settings (``lr``,
+    ``batch_size``, momentum, clipping) on its own train split, and tests the fine-tuned
+    copy on its test split. **Choices:** the fine-tuned copy is thrown away (it never feeds
+    training), and the fine-tuning batches come from a generator seeded by the client id
+    only (:func:`~fedclock.algorithms.personal.finetune_rng`), so evaluations are
+    deterministic and consume no training randomness. Fine-tuning is evaluation work and is
+    not charged virtual time. Global accuracy is the un-tuned global model.
+    """
+
+    name: ClassVar[str] = "fedavg_ft"
+    summary: ClassVar[str] = "FedAvg, each client fine-tunes the global model before testing"
+    paper: ClassVar[str] = ("baseline of Consensus Optimization at Representation (FedReCo); FedAvg: "
+                            "McMahan et al., AISTATS 2017")
+    Params: ClassVar[type[AlgorithmParams]] = FedAvgFTParams
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        params: FedAvgFTParams = self.params  # type: ignore[assignment]
+        return finetune_evaluate(self.workspace, self.model_factory, payload["weights"], data, params,
+                                 params.finetune_epochs, batch_size)

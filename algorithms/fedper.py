@@ -1,0 +1,59 @@
+"""FedPer (Arivazhagan et al. 2019): shared base layers, personalization layers kept local."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
+    evaluate_flat
+from fedclock.algorithms.body_avg import BodyAveraging
+from fedclock.algorithms.personal import train_part, with_head
+
+
+class FedPer(BodyAveraging[AlgorithmParams]):
+    """FedPer.
+
+    Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
+    Layers", arXiv:1912.00818, 2019.
+
+    Client p starts from the received global body and its own head v_p (persistent state
+    ``{"head": v_p}``; the shared initial head on its first task), trains body and head
+    jointly for ``local_epochs`` epochs (or ``local_steps`` steps) of SGD, uploads the body's
+    change and keeps the head. Server: sample-weighted mean of the body deltas added to the
+    body (:class:`~fedclock.algorithms.body_avg.BodyAveraging`). Personalized accuracy: the
+    received body with the client's head. **Choice:** the base/personalization split is the
+    model's body/head (for cnn5: the four feature layers / the classifier).
+    """
+
+    name: ClassVar[str] = "fedper"
+    summary: ClassVar[str] = "body and head trained jointly; body averaged, head stays on the client"
+    paper: ClassVar[str] = "Arivazhagan et al., Federated Learning with Personalization Layers, arXiv 2019"
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+
+    def _start(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
+        w = payload["weights"]
+        return w if client_state is None else with_head(self.model_factory, w, client_state["head"])
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        start = self._start(payload, client_state)
+        local, metrics = train_part(self.workspace, self.model_factory, start, data, self.params, rng,
+                                    self.local_steps(data.num_train), "all")
+        return ClientResult(upload=self.body_upload(local, payload["weights"]),
+                            state={"head": local[self.model_factory.head].clone()}, num_samples=data.num_train,
+                            metrics=metrics)
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
+                             data.x_test, data.y_test, batch_size)
+
+    def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                    rng: torch.Generator) -> torch.Tensor:
+        """The client's jointly trained model after one more task (CKA analysis)."""
+        start = self._start(payload, client_state)
+        local, _ = train_part(self.workspace, self.model_factory, start, data, self.params, rng,
+                              self.local_steps(data.num_train), "all")
+        return local
