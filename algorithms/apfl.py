@@ -105,7 +105,7 @@ class APFL(FedAvg):
             a.grad = None
 
         flat = torch.cat([alpha.to(torch.float32), start.to(torch.float32), personal.to(torch.float32)])
-        out, metrics = local_sgd(pair, _PairFactory, flat, data, p, rng, self.local_steps(data.num_train),
+        out, metrics = local_sgd(pair, _PairFactory, flat, data, p, rng, self.task_steps(data),
                                  loss_fn=_apfl_loss, after_backward=alpha_step)
         n = self.model_factory.num_params
         new_alpha, local, new_personal = out[:1].clone(), out[1:n + 1], out[n + 1:].clone()

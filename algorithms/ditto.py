@@ -39,6 +39,7 @@ class Ditto(FedAvg):
     """
 
     name: ClassVar[str] = "ditto"
+    partial_work: ClassVar[bool] = False  # global steps then personal steps
     summary: ClassVar[str] = "FedAvg plus a personal model regularized towards the global model"
     paper: ClassVar[str] = "Li et al., Ditto: Fair and Robust Federated Learning Through Personalization, ICML 2021"
     Params: ClassVar[type[AlgorithmParams]] = DittoParams

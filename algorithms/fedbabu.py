@@ -48,7 +48,7 @@ class FedBABU(BodyAveraging[FedBABUParams]):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         local, metrics = train_part(self.workspace, self.model_factory, start, data, self.params, rng,
-                                    self.local_steps(data.num_train), "body")
+                                    self.task_steps(data), "body")
         return ClientResult(upload=self.body_upload(local, start), state=client_state,
                             num_samples=data.num_train, metrics=metrics)
 

@@ -40,7 +40,7 @@ class FedPer(BodyAveraging[AlgorithmParams]):
                       rng: torch.Generator) -> ClientResult:
         start = self._start(payload, client_state)
         local, metrics = train_part(self.workspace, self.model_factory, start, data, self.params, rng,
-                                    self.local_steps(data.num_train), "all")
+                                    self.task_steps(data), "all")
         return ClientResult(upload=self.body_upload(local, payload["weights"]),
                             state={"head": local[self.model_factory.head].clone()}, num_samples=data.num_train,
                             metrics=metrics)

@@ -79,6 +79,7 @@ class FedReCo(Algorithm[FedReCoParams]):
     """
 
     name: ClassVar[str] = "fedreco"
+    partial_work: ClassVar[bool] = False  # head steps then body steps (and the workshop variant's global pair)
     summary: ClassVar[str] = "personal bodies and heads, consensus of representations with a global body"
     paper: ClassVar[str] = ("Consensus Optimization at Representation: Improving Personalized Federated Learning "
                             "via Data-Centric Regularization (FedReCo)")

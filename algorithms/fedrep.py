@@ -38,6 +38,7 @@ class FedRep(BodyAveraging[FedRepParams]):
     """
 
     name: ClassVar[str] = "fedrep"
+    partial_work: ClassVar[bool] = False  # head epochs then body steps: a step count does not describe them
     summary: ClassVar[str] = "shared body averaged; each client trains its own head, then the body"
     paper: ClassVar[str] = ("Collins et al., Exploiting Shared Representations for Personalized Federated "
                             "Learning, ICML 2021")
