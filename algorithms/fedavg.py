@@ -8,17 +8,19 @@ from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
+from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
 from fedclock.algorithms.training import train_from
 
 
-class FedAvgParams(AlgorithmParams):
-    """FedAvg hyper-parameters: local SGD ones plus the server learning rate."""
+class FedAvgParams(ObjectiveParams):
+    """FedAvg hyper-parameters: local SGD ones, the local objective (supervised, or the
+    unlabeled SimCLR / SimSiam of :mod:`fedclock.algorithms.ssl`) and the server learning rate."""
 
     server_lr: float = Field(default=1.0, gt=0, description="server learning rate eta_g applied to the "
                              "weighted mean delta")
 
 
-class FedAvg(Algorithm[FedAvgParams]):
+class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
     """Federated Averaging.
 
     McMahan, Moore, Ramage, Hampson, Aguera y Arcas, "Communication-Efficient Learning of
@@ -35,6 +37,10 @@ class FedAvg(Algorithm[FedAvgParams]):
       round, ``staleness > 0``) is folded into the round it arrives in with exactly the same
       ``n_p`` weight as a punctual one: its delta, computed against the older ``w_tau``, is
       added to the current ``w`` (no staleness discount).
+    * Objective (``objective``): ``supervised`` is the paper's cross-entropy. ``simclr`` /
+      ``simsiam`` make it the FedAvg baseline of unsupervised federated representation
+      learning (FedStyle's Table 1 "FedAvg"): the model is encoder + projector (+ predictor),
+      the local loss is the unlabeled two-view objective, and the whole model is averaged.
     """
 
     name: ClassVar[str] = "fedavg"
@@ -53,7 +59,7 @@ class FedAvg(Algorithm[FedAvgParams]):
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
-        local, metrics = train_from(self, start, data, rng)
+        local, metrics = train_from(self, start, data, rng, loss_fn=self.objective_loss(rng))
         return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
                             num_samples=data.num_train, metrics=metrics)
 

@@ -6,8 +6,10 @@ from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.fedavg_async import FedAvgAsync
 from fedclock.algorithms.fedbuff import FedBuff
+from fedclock.algorithms.fedstyle import FedStyle
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedAvgAsync, FedAsync, FedBuff,
+                                                                  FedStyle)}
 
 
 class UnknownAlgorithm(KeyError):

@@ -175,8 +175,10 @@ def local_sgd(model: nn.Module, factory: ModelFactory, start_weights: torch.Tens
 
 
 def train_from(algorithm: Algorithm, start_weights: torch.Tensor, data: ClientData, rng: torch.Generator,
-               extra_loss: ExtraLoss | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+               extra_loss: ExtraLoss | None = None, *,
+               loss_fn: BatchLoss | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """:func:`local_sgd` on ``algorithm``'s workspace with its params and step count
-    (``algorithm.local_steps(data.num_train)``): the common client step of the baselines."""
+    (``algorithm.local_steps(data.num_train)``): the common client step of the baselines.
+    ``loss_fn`` replaces the batch loss (e.g. ``algorithm.objective_loss(rng)``)."""
     return local_sgd(algorithm.workspace, algorithm.model_factory, start_weights, data, algorithm.params, rng,
-                     algorithm.local_steps(data.num_train), extra_loss)
+                     algorithm.local_steps(data.num_train), extra_loss, loss_fn=loss_fn)
