@@ -56,6 +56,7 @@ cost: two augmented views per sample, so a self-supervised step costs two passes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import torch
@@ -213,7 +214,7 @@ class SSLModelFactory(ModelFactory):
         stages["head"] = ("head.",)
         return FedModel(base.body, head, stages)
 
-    @property
+    @cached_property
     def feature_dim(self) -> int:
         """Width of the encoder's output."""
         return int(self.build().head.projector[0].in_features)  # type: ignore[index, union-attr]
@@ -278,22 +279,27 @@ def features_of(encoder: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
 
 @torch.no_grad()
 def knn_accuracy(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, query_y: torch.Tensor,
-                 k: int, leave_one_out: bool = False) -> EvalResult:
+                 k: int, leave_one_out: bool = False, chunk: int = 1024) -> EvalResult:
     """Majority vote of the ``k`` nearest bank features by cosine similarity (ties to the
     smaller class id). With ``leave_one_out`` the query set is the bank and a sample never
-    votes for itself. ``loss_sum`` is 0 (the monitor has no loss)."""
+    votes for itself. Queries go ``chunk`` at a time (memory ``chunk x bank``).
+    ``loss_sum`` is 0 (the monitor has no loss)."""
     n = query_y.shape[0]
     if n == 0 or bank_y.shape[0] == 0:
         return EvalResult(0.0, 0, 0.0)
     b, q = F.normalize(bank.float(), dim=1), F.normalize(query.float(), dim=1)
-    sim = q @ b.t()
-    if leave_one_out:
-        sim.fill_diagonal_(float("-inf"))
     kk = max(1, min(k, bank_y.shape[0] - (1 if leave_one_out else 0)))
-    idx = sim.topk(kk, dim=1).indices
-    votes = F.one_hot(bank_y[idx], int(max(bank_y.max(), query_y.max())) + 1).sum(dim=1)
-    pred = votes.argmax(dim=1)
-    return EvalResult(float((pred == query_y).sum()), int(n), 0.0)
+    classes = int(max(bank_y.max(), query_y.max())) + 1
+    correct = 0.0
+    for s in range(0, n, chunk):
+        sim = q[s:s + chunk] @ b.t()
+        if leave_one_out:
+            rows = torch.arange(sim.shape[0], device=sim.device)
+            sim[rows, rows + s] = float("-inf")
+        idx = sim.topk(kk, dim=1).indices
+        pred = F.one_hot(bank_y[idx], classes).sum(dim=1).argmax(dim=1)
+        correct += float((pred == query_y[s:s + chunk]).sum())
+    return EvalResult(correct, int(n), 0.0)
 
 
 # --------------------------------------------------------------------------- the plug-in
