@@ -79,7 +79,7 @@ def test_params_validation_and_class_attributes() -> None:
 
 # ------------------------------------------------------------------ registry
 def test_registry_lists_and_resolves() -> None:
-    assert algorithm_names() == ["fedasync", "fedavg", "fedavg_async", "fedbuff"]
+    assert algorithm_names() == ["fedasync", "fedavg", "fedavg_async", "fedbuff", "fedstyle"]
     for name, cls in ALGORITHMS.items():
         assert get_algorithm(name) is cls and cls.name == name
 
@@ -89,4 +89,4 @@ def test_unknown_algorithm_names_the_allowed_ones() -> None:
         get_algorithm("fedavgg")
     assert isinstance(info.value, KeyError)
     assert str(info.value) == ("algorithm.name: unknown algorithm 'fedavgg' "
-                               "(allowed: fedasync, fedavg, fedavg_async, fedbuff)")
+                               "(allowed: fedasync, fedavg, fedavg_async, fedbuff, fedstyle)")
