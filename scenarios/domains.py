@@ -15,7 +15,8 @@ Sources (``dataset.name``; domains in :mod:`fedclock.scenarios.domain_names`):
   images are repeated to three channels; ``image_size`` default 32.
 * ``office_home`` / ``adaptiope`` — ``torchvision.datasets.ImageFolder`` trees
   ``<root>/OfficeHome/<domain>/<class>/<image>`` and ``<root>/Adaptiope/<domain>/<class>/
-  <image>``; every domain must hold the same class folders; images are resized to
+  <image>`` (Office Home's ``Real World`` folder may keep its space); every domain must
+  hold the same class folders; images are resized to
   ``image_size`` (default 32) RGB; ``global_test_fraction`` of each domain (stratified) is
   its test set (the datasets have no official split).
 
@@ -180,6 +181,8 @@ def _image_folder(cfg: DatasetConfig, names: Sequence[str], root: Path, seed: in
     out = []
     for k, name in enumerate(names):
         folder = base / name
+        if not folder.is_dir() and (base / name.replace("_", " ")).is_dir():
+            folder = base / name.replace("_", " ")  # the Office Home archive spells it "Real World"
         if not folder.is_dir():
             raise DatasetError(f"dataset.root: {cfg.name} domain {name!r} not found (expected the folder {folder} "
                                "with one sub-folder per class); put the images there")

@@ -72,7 +72,8 @@ def linear_evaluation(algorithm: Any, state: ServerState, client_states: dict[in
         rows.append({"kind": "generalization", "domain": name, "client": -1, "accuracy": res.accuracy,
                      "num_train": len(tr), "num_test": res.count})
     rows.append({"kind": "generalization", "domain": "average", "client": -1, "accuracy": float(np.mean(gen_acc)),
-                 "num_train": int(sum(r["num_train"] for r in rows)), "num_test": int(sum(r["num_test"] for r in rows))})
+                 "num_train": int(sum(r["num_train"] for r in rows)),
+                 "num_test": int(sum(r["num_test"] for r in rows))})
     per_domain: dict[int, list[float]] = {k: [] for k in range(len(names))}
     client_rows = []
     for c in range(federation.num_clients):

@@ -7,7 +7,6 @@ import pandas as pd
 import torch
 
 from fedclock.actors.runtime import Runtime
-from fedclock.algorithms.base import ClientData
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.scenarios.experiment import run_scenario

@@ -100,6 +100,9 @@ def test_tiny_image_folder_tree(tmp_path: Path) -> None:
     assert fed.num_classes == 2 and fed.x.shape[1:] == (3, 8, 8)
     assert np.bincount(fed.train_domain).tolist() == [8, 8] and np.bincount(fed.test_domain).tolist() == [2, 2]
     assert fed.domain_names == ("Art", "Clipart")
+    _write_tree(tmp_path, ["Real World"], ["chair", "mug"])  # the archive's spelling
+    spaced = DatasetConfig(name="office_home", root=tmp_path, image_size=8, domains={"names": ["Art", "Real_World"]})
+    assert build_federation(spaced, 2, seed=0).domain_names == ("Art", "Real_World")
 
 
 def test_image_folder_class_mismatch(tmp_path: Path) -> None:
