@@ -12,7 +12,8 @@ Sources (``dataset.name``; domains in :mod:`fedclock.scenarios.domain_names`):
 * ``digit_domains`` — MNIST, USPS and SVHN (the paper's Digit benchmark) through
   torchvision from ``<root>/MNIST/raw``, ``<root>/USPS/usps.bz2, usps.t.bz2`` and
   ``<root>/SVHN/train_32x32.mat, test_32x32.mat``; official train/test splits; grey
-  images are repeated to three channels; ``image_size`` default 32.
+  images are repeated to three channels; ``image_size`` default 32; ``download: true``
+  fetches missing files through torchvision.
 * ``office_home`` / ``adaptiope`` — ``torchvision.datasets.ImageFolder`` trees
   ``<root>/OfficeHome/<domain>/<class>/<image>`` and ``<root>/Adaptiope/<domain>/<class>/
   <image>`` (Office Home's ``Real World`` folder may keep its space); every domain must
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedclock.scenarios.datasets import DatasetError, data_root
+from fedclock.scenarios.datasets import DatasetError, _download, data_root
 from fedclock.scenarios.domain_names import DOMAINS
 from fedclock.scenarios.federation import Federation, _split
 from fedclock.scenarios.partitions import partition_indices
@@ -127,7 +128,8 @@ def _to_rgb(x: torch.Tensor, side: int) -> torch.Tensor:
 
 def _need(path: Path, what: str) -> None:
     if not path.is_file():
-        raise DatasetError(f"dataset.root: {what} not found (expected {path}); put the files there")
+        raise DatasetError(f"dataset.root: {what} not found (expected {path}); put the files there or set "
+                           "dataset.download: true")
 
 
 def _digit_domain(cfg: DatasetConfig, name: str, root: Path) -> DomainData:
@@ -137,11 +139,13 @@ def _digit_domain(cfg: DatasetConfig, name: str, root: Path) -> DomainData:
     if name == "mnist":
         from fedclock.scenarios.datasets import _load_idx_family
 
-        x_tr, y_tr, x_te, y_te, _ = _load_idx_family(cfg.model_copy(update={"name": "mnist", "download": False}),
-                                                     root)
+        x_tr, y_tr, x_te, y_te, _ = _load_idx_family(cfg.model_copy(update={"name": "mnist"}), root)
         return _to_rgb(x_tr / 255.0, side), y_tr.long(), _to_rgb(x_te / 255.0, side), y_te.long()
     if name == "usps":
         folder = root / "USPS"
+        if cfg.download:
+            for train in (True, False):
+                _download("USPS", folder, lambda train=train: tvd.USPS(str(folder), train=train, download=True))
         for f in ("usps.bz2", "usps.t.bz2"):
             _need(folder / f, "USPS")
         parts = []
@@ -155,6 +159,9 @@ def _digit_domain(cfg: DatasetConfig, name: str, root: Path) -> DomainData:
                       torch.as_tensor(ds.targets, dtype=torch.int64)]
         return _to_rgb(parts[0], side), parts[1], _to_rgb(parts[2], side), parts[3]
     folder = root / "SVHN"
+    if cfg.download:
+        for split in ("train", "test"):
+            _download("SVHN", folder, lambda split=split: tvd.SVHN(str(folder), split=split, download=True))
     for f in ("train_32x32.mat", "test_32x32.mat"):
         _need(folder / f, "SVHN")
     parts = []
