@@ -263,6 +263,13 @@ class Session:
                        personal_accuracy_p90=float(np.quantile(accs, 0.9)))
         return out
 
+    def final_states(self) -> tuple[Any, dict[int, Any]]:
+        """The server's global state and every client's kept state (fetched), after a run."""
+        server_state = self.t.get(self.t.call(self.server, "current_state"))
+        clients = sorted(self.client_state)
+        values = self.t.get([self.client_state[c] for c in clients]) if clients else []
+        return server_state, dict(zip(clients, values))
+
     # ------------------------------------------------------------------ helpers
     def _finish(self, task: Task, keep_state: bool) -> None:
         slot = task.handle[0]

@@ -46,6 +46,11 @@ class Server:
         self.state = state
         return state.version
 
+    def current_state(self) -> ServerState:
+        """The global state (for end-of-run evaluations such as linear evaluation)."""
+        assert self.state is not None, "server used before setup()"
+        return self.state
+
     def evaluate(self, batch_size: int) -> EvalResult:
         """The global model on the global test set."""
         assert self.algorithm is not None and self.state is not None, "server used before setup()"

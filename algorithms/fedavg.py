@@ -10,12 +10,14 @@ from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, Client
     Tensors
 from fedclock.algorithms.schedules import ScheduleParams, decayed, params_for_round, payload_round, round_bytes, \
     round_payload
+from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
 from fedclock.algorithms.training import local_sgd
 
 
-class FedAvgParams(ScheduleParams):
-    """FedAvg hyper-parameters: local SGD ones (with the local lr decay) plus the server
-    learning rate and its decay."""
+class FedAvgParams(ScheduleParams, ObjectiveParams):
+    """FedAvg hyper-parameters: local SGD ones (with the local lr decay), the local objective
+    (supervised, or the unlabeled SimCLR / SimSiam of :mod:`fedclock.algorithms.ssl`) and the
+    server learning rate and its decay."""
 
     server_lr: float = Field(default=1.0, gt=0, description="server learning rate eta_g applied to the "
                              "weighted mean delta")
@@ -25,7 +27,7 @@ class FedAvgParams(ScheduleParams):
                                    "server_lr * server_lr_decay**t")
 
 
-class FedAvg(Algorithm[FedAvgParams]):
+class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
     """Federated Averaging.
 
     McMahan, Moore, Ramage, Hampson, Aguera y Arcas, "Communication-Efficient Learning of
@@ -49,9 +51,14 @@ class FedAvg(Algorithm[FedAvgParams]):
     * Schedules (:mod:`~fedclock.algorithms.schedules`): round ``t`` = the server version;
       local lr ``lr * lr_decay**t`` (the payload carries ``t`` when it decays), server lr
       ``server_lr * server_lr_decay**t``. Both decays default to 1 (constant rates).
+    * Objective (``objective``): ``supervised`` is the paper's cross-entropy. ``simclr`` /
+      ``simsiam`` make it the FedAvg baseline of unsupervised federated representation
+      learning (FedStyle's Table 1 "FedAvg"): the model is encoder + projector (+ predictor),
+      the local loss is the unlabeled two-view objective, and the whole model is averaged.
     """
 
     name: ClassVar[str] = "fedavg"
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "Federated Averaging: sample-weighted mean of local SGD deltas"
     paper: ClassVar[str] = ("McMahan et al., Communication-Efficient Learning of Deep Networks from "
                             "Decentralized Data, AISTATS 2017")
@@ -83,7 +90,7 @@ class FedAvg(Algorithm[FedAvgParams]):
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
-        local, metrics = self.local_train(payload, data, rng)
+        local, metrics = self.local_train(payload, data, rng, loss_fn=self.objective_loss(rng))
         return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
                             num_samples=data.num_train, metrics=metrics)
 

@@ -105,7 +105,7 @@ class SPFLCNN(FedModel):
                          {"conv": ("body.0.", "body.3."), "fc": ("body.7.", "head.")})
 
 
-MODEL_NAMES = ("mlp", "logistic", "cnn5", "spfl_cnn", "resnet18_gn")
+MODEL_NAMES = ("mlp", "logistic", "cnn5", "spfl_cnn", "resnet18_gn", "conv_gn")
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,10 @@ class ModelFactory:
             from fedclock.algorithms.resnet import ResNet18GN
 
             return ResNet18GN(self.input_shape, self.num_classes)
+        if self.name == "conv_gn":
+            from fedclock.algorithms.encoders import ConvGN
+
+            return ConvGN(self.input_shape, self.num_classes)
         raise ValueError(f"model.name: unknown model {self.name!r} (allowed: {', '.join(MODEL_NAMES)})")
 
     # ------------------------------------------------------------------ layout

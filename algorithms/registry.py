@@ -22,6 +22,7 @@ from fedclock.algorithms.fedprox import FedProx
 from fedclock.algorithms.fedreco import FedReCo, FedReCoDP
 from fedclock.algorithms.fedrep import FedRep
 from fedclock.algorithms.fedsam import FedSAM
+from fedclock.algorithms.fedstyle import FedStyle
 from fedclock.algorithms.fedupdate import FedUpdate
 from fedclock.algorithms.mofedsam import MoFedSAM
 from fedclock.algorithms.perfedavg import PerFedAvg
@@ -54,6 +55,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedReCoDP,
     FedRep,
     FedSAM,
+    FedStyle,
     FedUpdate,
     MoFedSAM,
     PerFedAvg,

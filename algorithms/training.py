@@ -178,9 +178,11 @@ def local_sgd(model: nn.Module, factory: ModelFactory, start_weights: torch.Tens
 
 
 def train_from(algorithm: Algorithm, start_weights: torch.Tensor, data: ClientData, rng: torch.Generator,
-               extra_loss: ExtraLoss | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+               extra_loss: ExtraLoss | None = None, *,
+               loss_fn: BatchLoss | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """:func:`local_sgd` on ``algorithm``'s workspace with its params and the task's step
     count (``algorithm.task_steps(data)``: the clock's ``data.steps`` when the client does
-    partial work, else the full count): the common client step of the baselines."""
+    partial work, else the full count): the common client step of the baselines.
+    ``loss_fn`` replaces the batch loss (e.g. ``algorithm.objective_loss(rng)``)."""
     return local_sgd(algorithm.workspace, algorithm.model_factory, start_weights, data, algorithm.params, rng,
-                     algorithm.task_steps(data), extra_loss)
+                     algorithm.task_steps(data), extra_loss, loss_fn=loss_fn)

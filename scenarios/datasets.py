@@ -50,7 +50,7 @@ from fedclock.scenarios.schema import DatasetConfig
 __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "data_root", "load_dataset"]
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                                  "tinyimagenet")
+                                  "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope")
 
 DATASET_SUMMARIES: dict[str, str] = {
     "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
@@ -62,6 +62,10 @@ DATASET_SUMMARIES: dict[str, str] = {
     "cifar100": "CIFAR-100 objects, 32x32 colour, 50k train / 10k test, 100 fine classes",
     "tinyimagenet": "TinyImageNet, 64x64 colour, 100k train / 10k val (the test set), 200 classes; image "
                     "folders under <root>/tiny-imagenet-200 (no download)",
+    "digit_styles": "multi-domain: bundled digits in 4 generated styles (original, inverted, blurred, thick)",
+    "digit_domains": "multi-domain Digit: MNIST, USPS, SVHN under root (3x32x32), 10 classes",
+    "office_home": "multi-domain Office Home: Art, Clipart, Product, Real_World ImageFolders under root, 65 classes",
+    "adaptiope": "multi-domain Adaptiope: product_images, real_life, synthetic ImageFolders under root, 123 classes",
 }
 
 # Fixed stream ids: each random use gets its own generator seeded by (seed, stream).

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.base import Algorithm
@@ -14,6 +15,7 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import get_algorithm
 from fedclock.scenarios.analysis import run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
 from fedclock.scenarios.results import ResultsWriter
 from fedclock.scenarios.schema import AsyncMode, Scenario
 from fedclock.scheduling.availability import population_availability
@@ -45,6 +47,9 @@ class RunSummary:
     stop_reason: str
     out_dir: Path
     tasks_lost: int = 0
+    linear_generalization: float = float("nan")
+    """Self-supervised runs: average linear-evaluation accuracies (``linear_eval.parquet``)."""
+    linear_personalization: float = float("nan")
 
 
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
@@ -92,6 +97,14 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     reason = clock.run()
     run_analysis(scenario, algorithm, federation, session, out_dir)
     writer.write_clients(_client_table(scenario, federation, devices, writer))
+    linear = (float("nan"), float("nan"))
+    if supports_linear_eval(algorithm):
+        server_state, client_states = session.final_states()
+        device = "cuda" if scenario.runtime.device == "cuda" and torch.cuda.is_available() else "cpu"
+        rows = linear_evaluation(algorithm, server_state, client_states, federation, scenario.evaluation.linear,
+                                 seed, device)
+        write_linear_eval(rows, out_dir)
+        linear = averages(rows)
     writer.close()
     totals = writer.totals
     last = writer.last_metrics
@@ -105,7 +118,8 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         bytes_moved=totals.bytes_total, tasks_applied=totals.applied,
         stragglers_dropped=totals.dropped + totals.timed_out,
         mean_staleness=totals.staleness_sum / totals.applied if totals.applied else 0.0,
-        stop_reason=reason, out_dir=out_dir, tasks_lost=totals.lost)
+        stop_reason=reason, out_dir=out_dir, tasks_lost=totals.lost, linear_generalization=linear[0],
+        linear_personalization=linear[1])
 
 
 def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices, costs: TaskCosts) -> WorkAndLinks:

@@ -37,6 +37,12 @@ class Federation:
     y_test: torch.Tensor
     num_classes: int
     dataset_name: str
+    domain_names: tuple[str, ...] = ()
+    """Multi-domain sources only (:mod:`fedclock.scenarios.domains`): the domains, the
+    domain of every client, of every training-pool sample and of every global test sample."""
+    client_domain: np.ndarray | None = None
+    train_domain: np.ndarray | None = None
+    test_domain: np.ndarray | None = None
 
     @property
     def num_clients(self) -> int:
@@ -74,8 +80,15 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
 
     Raises :class:`DatasetError` (one line naming the scenario field) when files are
     missing or broken, when the partition cannot be drawn, or when a client would be left
-    without training data.
+    without training data. Multi-domain sources go to
+    :func:`~fedclock.scenarios.domains.build_domain_federation`.
     """
+    from fedclock.scenarios.domain_names import DOMAINS
+
+    if cfg.name in DOMAINS:
+        from fedclock.scenarios.domains import build_domain_federation
+
+        return build_domain_federation(cfg, num_clients, seed)
     ds = load_dataset(cfg, seed, num_clients)
     if isinstance(cfg.partition, NaturalPartition):
         if ds.natural_clients is None or len(ds.natural_clients) != num_clients:

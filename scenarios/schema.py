@@ -76,7 +76,20 @@ PartitionConfig = Annotated[
 ]
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                      "tinyimagenet"]
+                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope"]
+
+
+class DomainsConfig(StrictModel):
+    """Multi-domain federation (``digit_styles``, ``digit_domains``, ``office_home``,
+    ``adaptiope``; see :mod:`fedclock.scenarios.domains`): clients are dealt to the domains
+    in equal groups, and ``partition`` splits each domain among its group."""
+
+    names: Annotated[list[str], Field(min_length=1)] | None = Field(
+        default=None, description="domains to use, default all of the source's")
+    samples_per_domain: Annotated[int, Field(ge=2)] | None = Field(
+        default=None, description="training pool size of every domain, default the smallest domain's")
+    test_samples_per_domain: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="cap on every domain's test set, default no cap")
 
 
 class DatasetConfig(StrictModel):
@@ -98,6 +111,7 @@ class DatasetConfig(StrictModel):
     global_test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
     client_test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
     partition: PartitionConfig = Field(default_factory=IIDPartition)
+    domains: DomainsConfig | None = Field(default=None, description="multi-domain sources only")
 
     @model_validator(mode="after")
     def _natural_only_for_synthetic(self) -> "DatasetConfig":
@@ -105,13 +119,24 @@ class DatasetConfig(StrictModel):
             raise ValueError("partition.type: 'natural' needs a dataset with its own client split (allowed with: synthetic)")
         if self.name == "synthetic" and self.image_size is not None:
             raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
+        from fedclock.scenarios.domain_names import DOMAINS
+
+        if self.domains is not None and self.name not in DOMAINS:
+            raise ValueError(f"domains: {self.name} is not a multi-domain source (allowed with: {', '.join(DOMAINS)})")
+        if self.domains is not None and self.domains.names is not None:
+            for d in self.domains.names:
+                if d not in DOMAINS[self.name]:
+                    raise ValueError(f"domains.names: unknown domain {d!r} of {self.name} "
+                                     f"(allowed: {', '.join(DOMAINS[self.name])})")
+            if len(set(self.domains.names)) != len(self.domains.names):
+                raise ValueError("domains.names: a domain is listed twice")
         return self
 
 
 class ModelConfig(StrictModel):
     """Network architecture; input shape and classes come from the dataset."""
 
-    name: Literal["mlp", "cnn5", "spfl_cnn", "logistic", "resnet18_gn"] = "mlp"
+    name: Literal["mlp", "cnn5", "spfl_cnn", "logistic", "resnet18_gn", "conv_gn"] = "mlp"
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [128], description="MLP hidden widths")
 
 
@@ -369,10 +394,19 @@ class StopConfig(StrictModel):
         return self
 
 
+class LinearEvalConfig(StrictModel):
+    """Final linear evaluation of self-supervised runs (:mod:`fedclock.scenarios.linear_eval`)."""
+
+    epochs: Annotated[int, Field(ge=1)] = 100
+    lr: PositiveFloat = Field(default=0.01, description="Adam learning rate of the linear classifier")
+    batch_size: Annotated[int, Field(ge=1)] = 256
+
+
 class EvaluationConfig(StrictModel):
     every: Annotated[int, Field(ge=1)] = Field(default=1, description="server versions between evaluations")
     personalized: bool = True
     batch_size: Annotated[int, Field(ge=1)] = 2048
+    linear: LinearEvalConfig = Field(default_factory=LinearEvalConfig)
 
 
 class RuntimeConfig(StrictModel):

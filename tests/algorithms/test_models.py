@@ -7,7 +7,7 @@ import torch
 from fedclock.algorithms.models import MODEL_NAMES, ModelFactory
 
 SHAPES = {"mlp": (1, 8, 8), "logistic": (1, 8, 8), "cnn5": (1, 28, 28), "spfl_cnn": (1, 28, 28),
-          "resnet18_gn": (3, 32, 32)}
+          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8)}
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -37,3 +37,11 @@ def test_resnet18_gn_structure() -> None:
     assert model.features(torch.randn(1, 3, 64, 64)).shape == (1, 512)  # TinyImageNet size
     # ResNet-18: 11.17M parameters with a 10-class head (GroupNorm has the same affine count as BatchNorm)
     assert factory.num_params == 11_173_962
+
+
+def test_conv_gn_structure() -> None:
+    factory = ModelFactory("conv_gn", (3, 32, 32), 10)
+    model = factory.build()
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    assert model.features(torch.randn(2, 3, 32, 32)).shape == (2, 128)
+    assert model.features(torch.randn(2, 3, 8, 8)).shape == (2, 128)

@@ -37,6 +37,8 @@ MALFORMED = [
     (GOOD + "mode: {type: sync, cohort_size: 2, cohort_fraction: 0.5}\n", "mode.cohort_size"),
     (GOOD + "mode: {type: sync, late_results: include}\n", "mode.late_results: 'include' needs deadline_s"),
     (GOOD + "runtime: {backend: slurm}\n", "runtime.backend"),
+    (GOOD.replace("{name: fedavg}", "{name: fedprox, objective: simclr}"),
+     "algorithm.objective: algorithm 'fedprox' does not train with 'simclr' (allowed: supervised)"),
     (GOOD + "seed: [1, 2]\n", "seed"),
     (GOOD + "colour: blue\n", "colour: unknown field"),
     ("name: ok\nalgorithm: {name: fedavg\n", "invalid YAML"),

@@ -1,0 +1,307 @@
+"""FedStyle: federated unsupervised representation learning with local style infusion.
+
+"More Generalized and Personalized Unsupervised Representation Learning in a Distributed
+System" (FedStyle). See ALGORITHMS.md, "Seed 001 — FedStyle".
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, ClassVar, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
+    ServerState, Tensors
+from fedclock.algorithms.models import FedModel, ModelFactory
+from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams, SSLHead, derived_generator, projected_loss, \
+    sobel, ssl_factory, supcon
+from fedclock.algorithms.training import local_sgd
+
+STYLE_EXTRACTION_COST = 2.0
+"""Passes per sample of a style-extraction step (the image and its Sobel copy)."""
+
+
+class FedStyleParams(ObjectiveParams):
+    """FedStyle hyper-parameters (the objective must be self-supervised)."""
+
+    objective: Literal["simclr", "simsiam"] = Field(  # type: ignore[assignment]
+        default="simclr", description="unsupervised loss L_u: SimCLR NT-Xent or SimSiam")
+    style_weight: float = Field(default=0.5, ge=0, description="lambda, weight of the style-infused L_u")
+    style_temperature: float = Field(default=0.5, gt=0, description="tau of the style-extraction SupCon")
+    style_epochs: float = Field(default=10.0, gt=0, description="E_s, epochs of style extraction")
+    generator_hidden: int = Field(default=256, ge=1, description="hidden width of the generator MLP G")
+    server_lr: float = Field(default=1.0, gt=0, description="server learning rate on the mean content delta")
+
+
+class Generator(nn.Module):
+    """G: a 2-layer MLP from ``[content feature, style feature]`` (2d) to a d-wide feature."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2 * dim, hidden), nn.ReLU(), nn.Linear(hidden, dim))
+
+    def forward(self, content: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([content, style], dim=1))
+
+
+class LocalModel(nn.Module):
+    """What one client trains: content model (f_c, g_c), generator G and the frozen style
+    encoder f_s. Flat order: content body, content head, generator, style encoder."""
+
+    def __init__(self, content: FedModel, generator: Generator, style: nn.Module) -> None:
+        super().__init__()
+        self.content = content
+        self.generator = generator
+        self.style = style
+
+
+class StyleInfusion(nn.Module):
+    """Personalization adapter: from ``[f_c(x), f_s(x)]`` to ``[f_c(x), G(f_c(x), f_s(x))]``."""
+
+    def __init__(self, generator: Generator, dim: int) -> None:
+        super().__init__()
+        self.generator = generator
+        self.dim = dim
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        content = z[:, :self.dim]
+        return torch.cat([content, self.generator(content, z[:, self.dim:])], dim=1)
+
+
+class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
+    """FedStyle (seed paper 001), in SimCLR or SimSiam form (``objective``).
+
+    * **Models.** Content model = encoder f_c (``body``) + projector g_c (+ SimSiam
+      predictor) (``head``), from :class:`~fedclock.algorithms.ssl.SSLModelFactory`. Style
+      model = an encoder f_s of the same architecture + its own projector g_s. Generator
+      G = 2-layer MLP (2d -> ``generator_hidden`` -> d). **Only f_c travels**: the payload
+      is ``{"body"}`` and the upload ``{"delta": f_c,local - f_c}`` (ALGORITHMS.md:
+      "uploaded: f_c only"); g_c, G and f_s stay in the client's state.
+    * **Style extraction** (a client's first task, before its first local training): the
+      batch x and its Sobel copy (:func:`~fedclock.algorithms.ssl.sobel`, per-channel
+      gradient magnitude) form 2B images labelled {local, sobel}; SGD (the task's lr and
+      batch size) on the SupCon loss of g_s(f_s(.)) with temperature ``style_temperature``
+      for ``style_epochs`` epochs. **choose**: tau = 0.5 and E_s = 10 (the paper's values
+      are lost in our copy). f_s is frozen afterwards and g_s discarded.
+    * **Local training** (every task, ``local_steps`` SGD steps): two augmented views
+      x_a, x_b; ``L = L_u(g_c(f_c(x_a)), g_c(f_c(x_b))) + lambda * L_u(g_c(G[f_c(x_a),
+      f_s(x)]), g_c(G[f_c(x_b), f_s(x)]))``, lambda = ``style_weight`` (0.5); f_s(x) on the
+      un-augmented batch without gradient; f_c, g_c and G move.
+    * **Server**: FedAvg on f_c — ``f_c <- f_c + server_lr * sum_p (n_p/n) Delta_p``.
+      The server's copy of g_c is never used.
+    * **Personalization features**: ``[f_c(x), G(f_c(x), f_s(x))]`` with the received
+      global f_c and the client's own f_s; in linear evaluation G starts from the client's
+      G and is trained together with the linear classifier. **choose**: a client that never
+      ran a task has no f_s or G yet and is evaluated on f_c(x) alone.
+    * **Initial local parts** (first task): g_c, G and the style model are drawn from the
+      task generator (PyTorch's default initializers), so they differ between clients.
+    * **Virtual-time cost**: a training step costs 2 + 1/3 passes per sample (two views
+      forward and backward, the style encoder forward only). The one-off style extraction
+      is not charged (the clock's cost model has no per-client first-task term); it is
+      the paper's stage "before federated training".
+    * **Monitor**: the accuracy columns during training are k-NN accuracies (global: the
+      global f_c, leave-one-out on the test set; personal: the personalization features
+      with the client's current G); the paper's linear evaluation runs at the end.
+    """
+
+    name: ClassVar[str] = "fedstyle"
+    objectives: ClassVar[frozenset[str]] = frozenset({"simclr", "simsiam"})
+    summary: ClassVar[str] = ("FedStyle: SimCLR/SimSiam content model plus a local Sobel-contrast style model "
+                              "infused by a generator; only the content encoder is uploaded")
+    paper: ClassVar[str] = ("More Generalized and Personalized Unsupervised Representation Learning in a "
+                            "Distributed System (FedStyle)")
+    Params: ClassVar[type[AlgorithmParams]] = FedStyleParams
+    modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    sample_cost: ClassVar[float] = 1.0
+
+    def __init__(self, params: FedStyleParams, model_factory: ModelFactory) -> None:
+        super().__init__(params, model_factory)
+        p = self.params
+        self.style_factory = ssl_factory(model_factory, "simclr", p.projector_hidden, p.projector_out,
+                                         p.predictor_hidden)
+        self._style_model: FedModel | None = None
+        self._local: LocalModel | None = None
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def dim(self) -> int:
+        """Width d of the encoder's features."""
+        return self.model_factory.feature_dim  # type: ignore[attr-defined,no-any-return]
+
+    def _device(self) -> torch.device:
+        return next(self.workspace.parameters()).device
+
+    @property
+    def style_model(self) -> FedModel:
+        """Workspace for style extraction: f_s (body) + g_s (head)."""
+        if self._style_model is None:
+            self._style_model = self.style_factory.build().to(self._device())
+        return self._style_model
+
+    def _new_generator(self, seed: int = 0) -> Generator:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return Generator(self.dim, self.params.generator_hidden)
+
+    @property
+    def local_model(self) -> LocalModel:
+        """Workspace for local training (shares the content workspace)."""
+        if self._local is None:
+            gen = self._new_generator()
+            style_body = self.style_model.body
+            self._local = LocalModel(self.workspace, gen, style_body).to(self._device())  # type: ignore[arg-type]
+        return self._local
+
+    def to(self, device: torch.device | str) -> "FedStyle":
+        super().to(device)
+        self._style_model, self._local = None, None
+        return self
+
+    def _generator_init(self, rng: torch.Generator) -> torch.Tensor:
+        return ModelFactory.flatten(self._new_generator(int(torch.randint(0, 2**62, (1,), generator=rng))))
+
+    # ------------------------------------------------------------------ server
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
+
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        return {"body": state.tensors["weights"][self.model_factory.body]}
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        if not arrivals:
+            return state, False
+        weights = state.tensors["weights"]
+        body = self.model_factory.body
+        total = sum(a.num_samples for a in arrivals)
+        step = torch.zeros_like(weights[body])
+        for a in arrivals:
+            coef = a.num_samples / total if total > 0 else 1.0 / len(arrivals)
+            step.add_(a.upload["delta"].to(step), alpha=coef)
+        new = weights.clone()
+        new[body] += self.params.server_lr * step
+        return ServerState(tensors={**state.tensors, "weights": new}, version=state.version + 1,
+                           extra=dict(state.extra)), True
+
+    def download_bytes(self) -> int:
+        body = self.model_factory.body
+        return (body.stop - body.start) * 4
+
+    def upload_bytes(self) -> int:
+        return self.download_bytes()
+
+    def work(self, num_samples: int) -> float:
+        return Algorithm.work(self, num_samples) * (2.0 + 1.0 / 3.0)
+
+    # ------------------------------------------------------------------ client
+    def extract_style(self, data: ClientData, rng: torch.Generator) -> torch.Tensor:
+        """Train a fresh style model on local images vs their Sobel copies (SupCon);
+        return the flat style encoder f_s."""
+        p = self.params
+        start = self.style_factory.initial_weights(rng)
+        tau = p.style_temperature
+
+        def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            both = torch.cat([x, sobel(x)])
+            labels = torch.cat([torch.zeros(x.shape[0], dtype=torch.long, device=x.device),
+                                torch.ones(x.shape[0], dtype=torch.long, device=x.device)])
+            return supcon(model.head.projector(model.body(both)), labels, tau)  # type: ignore[union-attr,operator]
+
+        per_epoch = max(1, math.ceil(data.num_train / p.batch_size))
+        steps = max(1, round(p.style_epochs * per_epoch))
+        weights, _ = local_sgd(self.style_model, self.style_factory, start, data, p, rng, steps, loss_fn=loss)
+        return weights[self.style_factory.body]
+
+    def fedstyle_loss(self, aug_rng: torch.Generator) -> Callable[[nn.Module, torch.Tensor, torch.Tensor],
+                                                                   torch.Tensor]:
+        """The local batch loss ``L_u + lambda * L_u(style-infused)`` on a :class:`LocalModel`."""
+        p = self.params
+
+        def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            assert isinstance(model, LocalModel)
+            x_a, x_b = self.augment(x, aug_rng), self.augment(x, aug_rng)
+            h = model.content.body(torch.cat([x_a, x_b]))
+            with torch.no_grad():
+                s = model.style(x)
+            head: SSLHead = model.content.head  # type: ignore[assignment]
+            plain = projected_loss(p.objective, p.temperature, head, h)
+            infused = projected_loss(p.objective, p.temperature, head, model.generator(h, torch.cat([s, s])))
+            return plain + p.style_weight * infused
+
+        return loss
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        body = payload["body"]
+        metrics: dict[str, float] = {}
+        if client_state is None:
+            head = self.model_factory.initial_weights(rng)[self.model_factory.head]
+            generator = self._generator_init(rng)
+            style = self.extract_style(data, rng) if data.num_train > 0 else \
+                self.style_factory.initial_weights(rng)[self.style_factory.body]
+            metrics["style_extracted"] = 1.0
+        else:
+            head, generator, style = client_state["head"], client_state["generator"], client_state["style"]
+        local = self.local_model
+        start = torch.cat([body.cpu(), head.cpu(), generator.cpu(), style.cpu()])
+        trainable = list(local.content.parameters()) + list(local.generator.parameters())
+        aug_rng = derived_generator(rng)
+        flat, train_metrics = local_sgd(local, self.model_factory, start, data, self.params, rng,
+                                        self.local_steps(data.num_train), loss_fn=self.fedstyle_loss(aug_rng),
+                                        trainable=trainable)
+        metrics.update(train_metrics)
+        nb, nh, ng = body.numel(), head.numel(), generator.numel()
+        new_body = flat[:nb]
+        state = {"head": flat[nb:nb + nh], "generator": flat[nb + nh:nb + nh + ng], "style": flat[nb + nh + ng:]}
+        return ClientResult(upload={"delta": new_body - body.cpu()}, state=state, num_samples=data.num_train,
+                            metrics=metrics)
+
+    # ------------------------------------------------------------------ representations
+    def global_representation(self, state: ServerState) -> Callable[[torch.Tensor], torch.Tensor]:
+        return self.encoder_from_weights(state.tensors["weights"])
+
+    def _load_personal(self, payload: Tensors, client_state: Tensors) -> LocalModel:
+        local = self.local_model
+        start = torch.cat([payload["body"].cpu(), client_state["head"].cpu(), client_state["generator"].cpu(),
+                           client_state["style"].cpu()])
+        ModelFactory.load_flat(local, start)
+        return local
+
+    def representation(self, payload: Tensors, client_state: Tensors | None
+                       ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``[f_c(x), G(f_c(x), f_s(x))]`` with the client's current G (f_c alone before its
+        first task)."""
+        if client_state is None:
+            return self._content_only(payload)
+        local = self._load_personal(payload, client_state)
+
+        def features(x: torch.Tensor) -> torch.Tensor:
+            c = local.content.body(x)
+            return torch.cat([c, local.generator(c, local.style(x))], dim=1)
+
+        return features
+
+    def _content_only(self, payload: Tensors) -> nn.Module:
+        content = self.workspace
+        ModelFactory.load_flat(content.body, payload["body"])
+        return content.body  # type: ignore[return-value]
+
+    def personal_probe(self, payload: Tensors, client_state: Tensors | None
+                       ) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module | None]:
+        """Frozen ``[f_c(x), f_s(x)]`` and a :class:`StyleInfusion` copy of the client's G."""
+        if client_state is None:
+            return self._content_only(payload), None
+        local = self._load_personal(payload, client_state)
+        gen = self._new_generator().to(self._device())
+        ModelFactory.load_flat(gen, client_state["generator"])
+
+        def frozen(x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([local.content.body(x), local.style(x)], dim=1)
+
+        return frozen, StyleInfusion(gen, self.dim)
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
