@@ -108,6 +108,7 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
 
     name: ClassVar[str] = "fedstyle"
     objectives: ClassVar[frozenset[str]] = frozenset({"simclr", "simsiam"})
+    partial_work: ClassVar[bool] = False  # style extraction on a first task, then content training
     summary: ClassVar[str] = ("FedStyle: SimCLR/SimSiam content model plus a local Sobel-contrast style model "
                               "infused by a generator; only the content encoder is uploaded")
     paper: ClassVar[str] = ("More Generalized and Personalized Unsupervised Representation Learning in a "

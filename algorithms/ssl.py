@@ -334,7 +334,7 @@ class ObjectiveMixin:
         return cls.__dict__.get("objectives", frozenset({"supervised"}))
 
     def __init__(self, params: ObjectiveParams, model_factory: ModelFactory) -> None:
-        if params.objective in SSL_OBJECTIVES:
+        if getattr(params, "objective", "supervised") in SSL_OBJECTIVES:  # params without the field: supervised
             model_factory = ssl_factory(model_factory, params.objective, params.projector_hidden,
                                         params.projector_out, params.predictor_hidden)
         super().__init__(params, model_factory)  # type: ignore[call-arg]
@@ -343,7 +343,7 @@ class ObjectiveMixin:
     @property
     def ssl(self) -> bool:
         """True when the local objective is self-supervised."""
-        return self.params.objective in SSL_OBJECTIVES
+        return getattr(self.params, "objective", "supervised") in SSL_OBJECTIVES
 
     @property
     def augment(self) -> Augment:
