@@ -13,6 +13,7 @@ exit with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -121,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownAlgorithm as exc:
         print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 0
     except KeyboardInterrupt:
         print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)
         return 130
@@ -223,11 +228,13 @@ def _list(what: str) -> int:
             print(f"{name:<{width}}  {text}")
     else:
         root = scenario_dir()
-        for path in shipped_scenarios():
+        paths = shipped_scenarios()
+        names = [str(path.relative_to(root).with_suffix("")) for path in paths]
+        width = max(len(n) for n in names)
+        for path, name in zip(paths, names):
             raw = read_yaml(path)
             text = str(raw.get("description", "")).strip().splitlines()[0] if isinstance(raw, dict) else ""
-            name = str(path.relative_to(root).with_suffix(""))
-            print(f"{name:<40}  {text}")
+            print(f"{name:<{width}}  {text}")
     return 0
 
 

@@ -1,0 +1,26 @@
+"""The README stays true: its scenario example validates, and CI runs its test command."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fedclock.scenarios.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_scenario_example_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sections, timeline = re.findall(r"```yaml\n(.*?)```", README, re.S)[:2]
+    path = tmp_path / "example.yaml"
+    path.write_text(sections + timeline, encoding="utf-8")
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    command = "pip install -e '.[test]' && pytest"
+    assert command in README
+    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert lines[-1] == command
