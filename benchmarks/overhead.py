@@ -12,7 +12,9 @@ the global model on a 2,000-sample test set before and after training.
 The data are seeded random images (this measures speed, not accuracy). The fedclock run is
 timed with its actors already started (a one-round warm-up run starts them); the cold
 start-up (Ray and actor start) is printed separately. The last line is
-``overhead_ratio = <fedclock wall / plain wall>``.
+``overhead_ratio = <fedclock wall / plain wall>``; because the machine may be shared, the
+CPU seconds of both sides are printed too (plain: this process; fedclock: this process and
+every descendant, i.e. the Ray daemons and actors, from /proc) with their ratio.
 
     python benchmarks/overhead.py [--rounds 5] [--clients 20] [--samples 500]
 """
@@ -33,6 +35,30 @@ from fedclock.scenarios.federation import Federation
 from fedclock.scenarios.loader import parse_suite
 
 BATCH = 48
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU seconds of ``root`` (default: this process) and its live descendants."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / TICKS
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += cpu.get(pid, 0.0)
+        stack.extend(children.get(pid, []))
+    return total
 LR = 0.05
 
 
@@ -50,11 +76,11 @@ def make_federation(clients: int, samples: int, seed: int = 0) -> Federation:
                       dataset_name="random28")
 
 
-def plain_fedavg(fed: Federation, rounds: int) -> float:
-    """The same FedAvg work in one process; returns wall seconds."""
+def plain_fedavg(fed: Federation, rounds: int) -> tuple[float, float]:
+    """The same FedAvg work in one process; returns (wall seconds, CPU seconds)."""
     factory = ModelFactory("cnn5", (1, 28, 28), 10)
     model = factory.build()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     weights = factory.initial_weights(torch.Generator().manual_seed(0))
     _evaluate(model, factory, weights, fed)
     sizes = fed.client_sizes()
@@ -74,7 +100,7 @@ def plain_fedavg(fed: Federation, rounds: int) -> float:
             total += (factory.flatten(model) - weights) * (sizes[c] / sizes.sum())
         weights = weights + total
     _evaluate(model, factory, weights, fed)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 @torch.no_grad()
@@ -87,8 +113,9 @@ def _evaluate(model: torch.nn.Module, factory: ModelFactory, weights: torch.Tens
     return correct / len(fed.y_test)
 
 
-def fedclock_fedavg(fed: Federation, rounds: int, actors: int) -> tuple[float, float]:
-    """The same work through fedclock; returns (warm wall seconds, cold start-up seconds)."""
+def fedclock_fedavg(fed: Federation, rounds: int, actors: int) -> tuple[float, float, float]:
+    """The same work through fedclock; returns (warm wall seconds, cold start-up seconds,
+    CPU seconds of the warm run over this process and the Ray processes it started)."""
     from fedclock.actors.runtime import Runtime
     from fedclock.scenarios.experiment import run_scenario
 
@@ -108,11 +135,11 @@ def fedclock_fedavg(fed: Federation, rounds: int, actors: int) -> tuple[float, f
     with tempfile.TemporaryDirectory() as tmp:
         run_scenario(scenario(1), runtime, Path(tmp) / "warmup", federation=fed)
         cold = time.perf_counter() - cold
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), tree_cpu_seconds()
         run_scenario(scenario(rounds), runtime, Path(tmp) / "run", federation=fed)
-        warm = time.perf_counter() - start
+        warm, cpu = time.perf_counter() - start, tree_cpu_seconds() - cpu
     runtime.close()
-    return warm, cold
+    return warm, cold, cpu
 
 
 def main() -> None:
@@ -123,12 +150,13 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     fed = make_federation(args.clients, args.samples)
-    plain = plain_fedavg(fed, args.rounds)
+    plain, plain_cpu = plain_fedavg(fed, args.rounds)
     samples = args.rounds * args.clients * (-(-args.samples // BATCH)) * BATCH
-    print(f"plain PyTorch loop: {plain:.2f} s ({samples / plain:.0f} samples/s, {torch.get_num_threads()} threads)")
-    warm, cold = fedclock_fedavg(fed, args.rounds, args.actors)
+    print(f"plain PyTorch loop: {plain:.2f} s ({samples / plain:.0f} samples/s, {torch.get_num_threads()} threads), CPU {plain_cpu:.2f} s")
+    warm, cold, cpu = fedclock_fedavg(fed, args.rounds, args.actors)
     print(f"fedclock (sync, {args.actors} pooled actors x 1 thread): {warm:.2f} s ({samples / warm:.0f} samples/s); "
-          f"cold start-up (Ray + actors + 1-round warm-up) {cold:.2f} s")
+          f"cold start-up (Ray + actors + 1-round warm-up) {cold:.2f} s; CPU {cpu:.2f} s")
+    print(f"cpu_ratio = {cpu / plain_cpu:.3f}")
     print(f"overhead_ratio = {warm / plain:.3f}")
 
 

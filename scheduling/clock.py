@@ -36,9 +36,10 @@ import numpy as np
 import simpy
 
 from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
-from fedclock.scheduling.availability import Availability
+from fedclock.scheduling.availability import Always, Availability
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
+from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.windows import windowed_rounds
 
@@ -197,7 +198,10 @@ class Clock:
         self.round = 0
         self.task_count = 0
         self.client_tasks = np.zeros(len(devices), dtype=np.int64)
-        self.busy: dict[int, Task] = {}
+        self.busy: BusyClients = BusyClients()
+        self._always = all(type(a) is Always for a in availability)
+        """Every client is always available: idle clients are found by rank among the
+        non-busy ones (:mod:`fedclock.scheduling.idle`) instead of scanning everyone."""
         self.in_flight: dict[int, Task] = {}
         self.evaluated_version = -1
         self.done = self.env.event()
@@ -301,23 +305,38 @@ class Clock:
         """Idle, available clients, sampled without replacement, in client-id order."""
         assert isinstance(self.mode, SyncMode)
         n = len(self.devices)
+        if self._always:
+            return self._sample_idle(n, self._cohort_want(n))
         candidates = [c for c in range(n) if c not in self.busy
                       and self.availability[c].available(self.env.now, self.round)]
+        want = self._cohort_want(n)
+        if len(candidates) <= want:
+            return candidates
+        return sorted(int(c) for c in self.rng.choice(candidates, size=want, replace=False))
+
+    def _cohort_want(self, n: int) -> int:
+        assert isinstance(self.mode, SyncMode)
         if self.mode.cohort_size is not None:
             want = self.mode.cohort_size
         elif self.mode.cohort_fraction is not None:
             want = max(1, math.ceil(self.mode.cohort_fraction * n))
         else:
             want = n
-        if len(candidates) <= want:
-            return candidates
-        return sorted(int(c) for c in self.rng.choice(candidates, size=want, replace=False))
+        return want
+
+    def _sample_idle(self, n: int, want: int) -> list[int]:
+        """:meth:`sample_cohort` when everyone is always available: the same seeded draw
+        (ranks among the idle clients, in client-id order), mapped to clients by rank."""
+        idle = self.busy.idle_count(n)
+        if idle <= want:
+            return self.busy.idle_at_many(range(idle))
+        return sorted(self.busy.idle_at_many(self.rng.choice(idle, size=want, replace=False)))
 
     def _wait_for_change(self) -> Generator[simpy.Event, Any, None]:
         """Nobody can be dispatched: wait until a busy client returns or some client's
         availability may change; if neither can happen, move to the next round."""
-        wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))),
-                   default=math.inf)
+        wake = math.inf if self._always else \
+            min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))), default=math.inf)
         events = [t.client_free for t in self.busy.values()]
         if math.isfinite(wake):
             events.append(self.env.timeout(wake - self.env.now))
@@ -358,6 +377,9 @@ class Clock:
 
     def pick_idle(self) -> int | None:
         """A uniformly random idle, available client, or None."""
+        if self._always:
+            idle = self.busy.idle_count(len(self.devices))
+            return self.busy.idle_at(int(self.rng.integers(idle))) if idle else None
         candidates = [c for c in range(len(self.devices)) if c not in self.busy
                       and self.availability[c].available(self.env.now, self.version)]
         if not candidates:
@@ -365,8 +387,9 @@ class Clock:
         return candidates[int(self.rng.integers(len(candidates)))]
 
     def _wait_for_availability(self) -> Generator[simpy.Event, Any, None]:
-        wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))
-                    if c not in self.busy), default=math.inf)
+        wake = math.inf if self._always else \
+            min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))
+                 if c not in self.busy), default=math.inf)
         if math.isfinite(wake):
             yield self.env.timeout(wake - self.env.now)
         self._waiting_for_clients = False

@@ -1,0 +1,82 @@
+"""Idle clients by rank, without scanning the population.
+
+When every client is always available, the clock's candidates (idle, available clients in
+client-id order) are all clients except the busy ones. :class:`BusyClients` is the clock's
+``busy`` mapping (client -> running task) that also keeps its keys sorted, so the k-th idle
+client is found by a binary search over the busy clients: O(log m) per lookup and O(m)
+memmove per change for m busy clients, independent of the population size. The seeded draws
+are unchanged: the clock draws ranks from ``len(candidates)`` exactly as it drew positions in
+the scanned candidate list.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Any, Iterable
+
+
+class BusyClients(dict):
+    """``dict`` of busy client -> task that also keeps the busy client ids sorted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sorted: list[int] = []
+
+    def __setitem__(self, client: int, task: Any) -> None:
+        if client not in self:
+            bisect.insort(self._sorted, client)
+        super().__setitem__(client, task)
+
+    def __delitem__(self, client: int) -> None:
+        super().__delitem__(client)
+        del self._sorted[bisect.bisect_left(self._sorted, client)]
+
+    _MISSING = object()
+
+    def pop(self, client: int, default: Any = _MISSING) -> Any:  # type: ignore[override]
+        if client in self:
+            task = super().pop(client)
+            del self._sorted[bisect.bisect_left(self._sorted, client)]
+            return task
+        if default is BusyClients._MISSING:
+            raise KeyError(client)
+        return default
+
+    def clear(self) -> None:
+        super().clear()
+        self._sorted.clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # noqa: D102 - keep the sorted keys in step
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def popitem(self) -> tuple[int, Any]:
+        client, task = super().popitem()
+        del self._sorted[bisect.bisect_left(self._sorted, client)]
+        return client, task
+
+    def setdefault(self, client: int, default: Any = None) -> Any:
+        if client not in self:
+            self[client] = default
+        return self[client]
+
+    def idle_count(self, num_clients: int) -> int:
+        """How many of clients 0..num_clients-1 are idle."""
+        return num_clients - len(self._sorted)
+
+    def idle_at(self, rank: int) -> int:
+        """The idle client of the given rank (0-based) in client-id order: the smallest c with
+        ``c - #(busy <= c) == rank``. With busy ids b_0 < b_1 < ..., b_j - j idle clients
+        precede b_j, so c = rank + (number of j with b_j - j <= rank)."""
+        b = self._sorted
+        lo, hi = 0, len(b)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if b[mid] - mid <= rank:
+                lo = mid + 1
+            else:
+                hi = mid
+        return rank + lo
+
+    def idle_at_many(self, ranks: Iterable[int]) -> list[int]:
+        """:meth:`idle_at` for each rank."""
+        return [self.idle_at(int(r)) for r in ranks]
