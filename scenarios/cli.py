@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import fedclock.scenarios as scenarios_pkg
-from fedclock.actors.runtime import ResourceError
+from fedclock.actors.runtime import ActorLost, ResourceError
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
@@ -121,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownAlgorithm as exc:
         print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
+    except ActorLost as exc:  # not the user's mistake, but still one line
+        print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)
         return 130
