@@ -99,3 +99,17 @@ def test_the_server_dying_is_a_one_line_error(ray_runtime: Runtime, tmp_path: Pa
     assert "\n" not in str(info.value)
     monkeypatch.undo()
     _run(ray_runtime, tmp_path / "after")  # the next run starts a fresh server
+
+
+def test_the_cli_reports_a_lost_actor_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import fedclock.scenarios.experiment as experiment
+    from fedclock.scenarios.cli import main
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise ActorLost("the server actor died; the run cannot go on")
+
+    monkeypatch.setattr(experiment, "run_scenario", lost)
+    code = main(["run", "quickstart", "--backend", "inline", "--quiet", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "fedclock: error: the server actor died; the run cannot go on\n"
