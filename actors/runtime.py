@@ -13,7 +13,8 @@ debugging.
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -35,9 +36,17 @@ class Transport(Protocol):
 
     def put(self, value: Any) -> Any: ...
 
+    def lost_actor(self, exc: BaseException) -> str | None:
+        """The id of the actor whose death ``exc`` reports ("" when unknown), or None when
+        ``exc`` is not an actor's death."""
+        ...
+
 
 class InlineTransport:
     """Calls run at once in this process; handles are the values themselves."""
+
+    def lost_actor(self, exc: BaseException) -> str | None:
+        return None
 
     def call(self, actor: Any, method: str, *args: Any, num_returns: int = 1) -> Any:
         return getattr(actor, method)(*args)
@@ -66,6 +75,17 @@ class RayTransport:
     def put(self, value: Any) -> Any:
         return self._ray.put(value)
 
+    def lost_actor(self, exc: BaseException) -> str | None:
+        if isinstance(exc, self._ray.exceptions.RayActorError):
+            return exc.actor_id or ""
+        return None
+
+
+def actor_id(actor: Any) -> str:
+    """A Ray actor handle's id in hex ("" for in-process objects)."""
+    ident = getattr(actor, "_actor_id", None)
+    return ident.hex() if ident is not None else ""
+
 
 def _resolve(values: list[Any]) -> list[Any]:
     """Fetch the object references in a list (each distinct one once)."""
@@ -89,6 +109,16 @@ class RayClientExecutor(ClientExecutor):
 
 class ResourceError(Exception):
     """The runtime settings ask for more than the cluster has (a user's mistake, one line)."""
+
+
+class ActorLost(Exception):
+    """An actor died and the run cannot go on (one line): the server actor (its state could
+    only come back from a checkpoint, which fedclock does not write), or a client executor
+    that kept dying on the same task."""
+
+
+MAX_TASK_RETRIES = 3
+"""How many times one client task is re-run on a fresh executor before the run gives up."""
 
 
 def default_num_actors(cfg: RuntimeConfig, num_clients: int, cpus: float) -> int:
@@ -150,12 +180,23 @@ class Runtime:
             if not self._pool:
                 self._pool.append(ClientExecutor(cfg.threads_per_actor))
             return [self._pool[0]] * count if count else []
+        while len(self._pool) < count:
+            self._pool.append(self._new_executor(cfg))
+        return self._pool[:count]
+
+    def _new_executor(self, cfg: RuntimeConfig) -> Any:
         import ray
 
         remote = ray.remote(RayClientExecutor).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus)
-        while len(self._pool) < count:
-            self._pool.append(remote.remote(cfg.threads_per_actor))
-        return self._pool[:count]
+        return remote.remote(cfg.threads_per_actor)
+
+    def _respawn(self, cfg: RuntimeConfig, slot: int, setup: tuple[Any, ...]) -> Any:
+        """Replace the dead executor at ``slot`` of the pool by a fresh one, set up for the run."""
+        self._kill([self._pool[slot]])
+        fresh = self._new_executor(cfg)
+        self.transport.get(self.transport.call(fresh, "setup", *setup))
+        self._pool[slot] = fresh
+        return fresh
 
     def _server_actor(self, cfg: RuntimeConfig) -> Any:
         if self._server is None:
@@ -176,22 +217,41 @@ class Runtime:
                 f"runtime.num_cpus: {count} client actors x {cfg.num_cpus:g} CPUs need {count * cfg.num_cpus:g} CPUs, "
                 f"the Ray cluster has {self.cpus:g}; lower runtime.num_cpus, runtime.num_actors, or use pooled placement")
         executors = self._executors(cfg, count)
-        server = self._server_actor(cfg)
         t = self.transport
         fed_h, alg_h = t.put(federation), t.put(algorithm)
+        setup = (fed_h, alg_h, seed, cfg.device)
         unique = list({id(e): e for e in executors}.values())
-        t.get([t.call(e, "setup", fed_h, alg_h, seed, cfg.device) for e in unique])
-        t.get(t.call(server, "setup", alg_h, federation.x_test, federation.y_test, seed))
+        for e, handle in [(e, t.call(e, "setup", *setup)) for e in unique]:
+            try:
+                t.get(handle)
+            except Exception as exc:  # an actor that died since the last run is replaced
+                if t.lost_actor(exc) is None:
+                    raise
+                slot = executors.index(e)
+                executors[slot] = self._respawn(cfg, slot, setup)
+        server = self._server_actor(cfg)
+        try:
+            t.get(t.call(server, "setup", alg_h, federation.x_test, federation.y_test, seed))
+        except Exception as exc:  # a server that died in an earlier run: this run starts a fresh one
+            if t.lost_actor(exc) is None:
+                raise
+            self._server = None
+            server = self._server_actor(cfg)
+            t.get(t.call(server, "setup", alg_h, federation.x_test, federation.y_test, seed))
         placement = cfg.placement or ("dedicated" if count == federation.num_clients else "pooled")
         return Session(t, server, executors, placement, federation.num_clients,
-                       federation.client_sizes(), algorithm.payload_is_shared, evaluation_batch, personalized)
+                       federation.client_sizes(), algorithm.payload_is_shared, evaluation_batch, personalized,
+                       respawn=lambda slot: self._respawn(cfg, slot, setup))
 
     def _kill(self, actors: Sequence[Any]) -> None:
         if self.backend == "ray":
             import ray
 
             for a in actors:
-                ray.kill(a)
+                try:
+                    ray.kill(a)
+                except ValueError:  # already gone
+                    pass
 
     def close(self) -> None:
         """Stop the actors, and Ray if this runtime started it."""
@@ -208,11 +268,31 @@ class Runtime:
         return len(self._pool) + (self._server is not None)
 
 
+@dataclass
+class _Running:
+    """A client task in flight: its inputs (held here, so a lost executor costs only a re-run)
+    and the references to its three results."""
+
+    slot: int
+    inputs: tuple[Any, ...]
+    upload: Any
+    state: Any
+    metrics: Any
+    tries: int = 0
+
+
 class Session:
-    """One run's backend for the clock."""
+    """One run's backend for the clock.
+
+    An executor that dies (its results raise the transport's actor-death error) is replaced by
+    a fresh one through ``respawn`` and every task it held is re-run there with the same
+    inputs — payload, client state, task index and so the same seed — hence the same results.
+    A task re-run more than :data:`MAX_TASK_RETRIES` times, or the server actor dying, ends the
+    run with :class:`ActorLost`."""
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
-                 client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool) -> None:
+                 client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
+                 respawn: Callable[[int], Any] | None = None) -> None:
         self.t = transport
         self.server = server
         self.executors = executors
@@ -224,6 +304,8 @@ class Session:
         self.personalized = personalized
         self.version = 0
         self.client_state: dict[int, Any] = {}
+        self.respawns = 0
+        self._respawn = respawn
         self._load = [0] * len(executors)
         self._payload: tuple[int, Any] | None = None
 
@@ -234,15 +316,14 @@ class Session:
         self._load[slot] += 1
         payload = self._payload_for(task.client)
         state = self.client_state.get(task.client)
-        upload, new_state, metrics = self.t.call(self.executors[slot], "train", task.client, task.client_task,
-                                                 payload, state, task.steps, num_returns=3)
-        task.handle = (slot, upload, new_state, metrics)
+        inputs = (task.client, task.client_task, payload, state, task.steps)
+        task.handle = _Running(slot, inputs, *self._train(slot, inputs))
 
     def apply(self, tasks: Sequence[Task]) -> int:
-        metrics = self.t.get([t.handle[3] for t in tasks])
+        metrics = [self._metrics(t.handle) for t in tasks]
         meta = [(t.client, t.num_samples, t.version, int(t.staleness or 0), int(m["steps"]))
                 for t, m in zip(tasks, metrics)]
-        version = self.t.get(self.t.call(self.server, "receive", meta, *[t.handle[1] for t in tasks]))
+        version = self._server_get(self.t.call(self.server, "receive", meta, *[t.handle.upload for t in tasks]))
         for t, m in zip(tasks, metrics):
             self._finish(t, keep_state=True)
             t.metrics = dict(m)
@@ -251,11 +332,11 @@ class Session:
 
     def release(self, task: Task, keep_state: bool) -> None:
         if keep_state:
-            task.metrics = dict(self.t.get(task.handle[3]))
+            task.metrics = dict(self._metrics(task.handle))
         self._finish(task, keep_state)
 
     def evaluate(self) -> dict[str, float]:
-        g: EvalResult = self.t.get(self.t.call(self.server, "evaluate", self.evaluation_batch))
+        g: EvalResult = self._server_get(self.t.call(self.server, "evaluate", self.evaluation_batch))
         out = {"global_accuracy": g.accuracy, "global_loss": g.loss}
         if self.personalized:
             accs = self._personalized()
@@ -270,12 +351,57 @@ class Session:
         values = self.t.get([self.client_state[c] for c in clients]) if clients else []
         return server_state, dict(zip(clients, values))
 
+    # ------------------------------------------------------------------ faults
+    def _train(self, slot: int, inputs: tuple[Any, ...]) -> Any:
+        return self.t.call(self.executors[slot], "train", *inputs, num_returns=3)
+
+    def _metrics(self, running: _Running) -> dict[str, float]:
+        """The task's metrics; a task whose executor died is re-run on a fresh one."""
+        while True:
+            try:
+                return self.t.get(running.metrics)
+            except Exception as exc:
+                what = f"client {running.inputs[0]} task {running.inputs[1]}"
+                running.tries += 1
+                if running.tries > MAX_TASK_RETRIES and self.t.lost_actor(exc) not in (None, actor_id(self.server)):
+                    raise ActorLost(f"{what}: its executor died {running.tries} times in a row (at most "
+                                    f"{MAX_TASK_RETRIES} re-runs); see the Ray logs for why the actors die") from None
+                self._replace(running.slot, exc, what)
+                running.upload, running.state, running.metrics = self._train(running.slot, running.inputs)
+
+    def _replace(self, slot: int, exc: Exception, what: str) -> None:
+        """Re-raise ``exc`` unless it reports the death of the executor at ``slot``; then put a
+        fresh executor there (once, however many of its tasks report the death)."""
+        lost = self.t.lost_actor(exc)
+        if lost is None:
+            raise exc
+        if lost == actor_id(self.server):
+            raise self._server_lost() from None
+        if self._respawn is None:
+            raise ActorLost(f"{what}: its executor died and this runtime cannot replace it") from None
+        if lost and lost != actor_id(self.executors[slot]):
+            return  # this slot's executor was already replaced; just re-run there
+        self.executors[slot] = self._respawn(slot)
+        self.respawns += 1
+
+    def _server_get(self, handle: Any) -> Any:
+        try:
+            return self.t.get(handle)
+        except Exception as exc:
+            if self.t.lost_actor(exc) is None:
+                raise
+            raise self._server_lost() from None
+
+    def _server_lost(self) -> ActorLost:
+        return ActorLost("the server actor died; the run cannot go on, since its state could only come back "
+                         "from a checkpoint and fedclock does not write checkpoints yet (results so far are on disk)")
+
     # ------------------------------------------------------------------ helpers
     def _finish(self, task: Task, keep_state: bool) -> None:
-        slot = task.handle[0]
-        self._load[slot] -= 1
+        running: _Running = task.handle
+        self._load[running.slot] -= 1
         if keep_state:
-            self.client_state[task.client] = task.handle[2]
+            self.client_state[task.client] = running.state
         task.handle = None
 
     def _payload_for(self, client: int) -> Any:
@@ -289,10 +415,25 @@ class Session:
         clients = list(range(self.num_clients))
         payloads = [self._payload_for(c) for c in clients]
         states = [self.client_state.get(c) for c in clients]
-        unique = list({id(e): e for e in self.executors}.values())
-        chunks = np.array_split(np.arange(self.num_clients), len(unique))
-        handles = [self.t.call(e, "evaluate", [clients[i] for i in chunk], [payloads[i] for i in chunk],
-                               [states[i] for i in chunk], self.evaluation_batch)
-                   for e, chunk in zip(unique, chunks) if len(chunk)]
-        results: list[EvalResult] = [r for part in self.t.get(handles) for r in part]
+        slots = list({id(e): i for i, e in enumerate(self.executors)}.values())
+        chunks = [c for c in np.array_split(np.arange(self.num_clients), len(slots)) if len(c)]
+
+        def call(slot: int, chunk: np.ndarray) -> Any:
+            return self.t.call(self.executors[slot], "evaluate", [clients[i] for i in chunk],
+                               [payloads[i] for i in chunk], [states[i] for i in chunk], self.evaluation_batch)
+
+        handles = [call(s, c) for s, c in zip(slots, chunks)]
+        results: list[EvalResult] = []
+        for slot, chunk, handle in zip(slots, chunks, handles):
+            for tries in range(MAX_TASK_RETRIES + 1):
+                try:
+                    results += self.t.get(handle)
+                    break
+                except Exception as exc:
+                    if tries == MAX_TASK_RETRIES and self.t.lost_actor(exc) not in (None, actor_id(self.server)):
+                        raise ActorLost(f"personalized evaluation: its executor died {tries + 1} times in a row "
+                                        f"(at most {MAX_TASK_RETRIES} re-runs); see the Ray logs for why the actors "
+                                        f"die") from None
+                    self._replace(slot, exc, "personalized evaluation")
+                    handle = call(slot, chunk)
         return np.array([r.accuracy for r in results if r.count > 0])

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from fedclock.algorithms.models import ModelFactory
@@ -41,6 +41,14 @@ def payload_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
+MAX_PARAM_MAGNITUDE = 1e30
+"""Largest magnitude of any float hyper-parameter: larger ones overflow float32 tensors."""
+MAX_LOCAL_EPOCHS = 10_000.0
+"""local_epochs (beyond it a task would never finish)."""
+MAX_LOCAL_STEPS = 10_000_000
+"""local_steps."""
+
+
 class AlgorithmParams(BaseModel):
     """Hyper-parameters shared by every algorithm that trains locally with mini-batch SGD."""
 
@@ -48,12 +56,21 @@ class AlgorithmParams(BaseModel):
 
     lr: float = Field(default=0.05, gt=0, description="local learning rate eta_l")
     batch_size: int = Field(default=32, ge=1)
-    local_epochs: float = Field(default=1.0, gt=0, description="local passes over the client's train split")
-    local_steps: int | None = Field(default=None, ge=1, description="if set, exactly this many local steps "
-                                    "instead of local_epochs")
+    local_epochs: float = Field(default=1.0, gt=0, le=MAX_LOCAL_EPOCHS,
+                                description="local passes over the client's train split")
+    local_steps: int | None = Field(default=None, ge=1, le=MAX_LOCAL_STEPS, description="if set, exactly this many "
+                                    "local steps instead of local_epochs")
     momentum: float = Field(default=0.0, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float | None = Field(default=None, gt=0, description="clip local gradients to this norm")
+
+    @field_validator("*")
+    @classmethod
+    def _fits_float32(cls, value: Any) -> Any:
+        """Every float hyper-parameter (of every algorithm) stays within float32's range."""
+        if isinstance(value, float) and abs(value) > MAX_PARAM_MAGNITUDE:
+            raise ValueError(f"must be at most {MAX_PARAM_MAGNITUDE:g} in magnitude (got {value:g})")
+        return value
 
 
 P = TypeVar("P", bound=AlgorithmParams)

@@ -1,6 +1,6 @@
 """The ``fedclock`` command.
 
-    fedclock run FILE [--out DIR] [--set key=value ...] [--backend ray|inline]
+    fedclock run FILE [--out DIR] [--set key=value ...] [--backend ray|inline] [--address ADDR]
     fedclock validate FILE [--set key=value ...]
     fedclock list algorithms|datasets|scenarios
     fedclock plot DIR [--out DIR]
@@ -13,6 +13,7 @@ exit with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import fedclock.scenarios as scenarios_pkg
-from fedclock.actors.runtime import ResourceError
+from fedclock.actors.runtime import ActorLost, ResourceError
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
@@ -68,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a field, e.g. --set algorithm.lr=0.1 (repeatable)")
     run.add_argument("--backend", choices=["ray", "inline"], default=None,
                      help="override runtime.backend for every run")
+    run.add_argument("--address", default=None, metavar="ADDR",
+                     help="run on an existing Ray cluster (overrides runtime.address), e.g. 10.0.0.5:6379 or auto")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     val = sub.add_parser("validate", help="check a scenario file without running it")
     val.add_argument("file")
@@ -114,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = list(args.overrides)
         if args.backend is not None:
             overrides.append(f"runtime.backend={args.backend}")
+        if args.address is not None:
+            overrides.append(f"runtime.address={json.dumps(args.address)}")  # quoted: always a string
         suite = load_suite(resolve_path(args.file), overrides)
         return _run(suite, args.out, quiet=args.quiet)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError) as exc:
@@ -122,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownAlgorithm as exc:
         print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
+    except ActorLost as exc:  # not the user's mistake, but still one line
+        print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again

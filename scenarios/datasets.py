@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedclock.scenarios.schema import DatasetConfig
+from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
 
 __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "data_root", "load_dataset"]
 
@@ -205,6 +205,10 @@ def _synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     rng = _rng(seed, _STREAM_SYNTHETIC)
     dim, classes = cfg.synthetic_features, cfg.synthetic_classes
     sizes = _synthetic_sizes(rng, num_clients, cfg.synthetic_samples)
+    if int(sizes.sum()) * dim > MAX_SYNTHETIC_VALUES:  # each client is raised to a minimum size
+        raise DatasetError(f"population.num_clients: {num_clients} clients of at least {_SYNTHETIC_MIN_PER_CLIENT} "
+                           f"synthetic samples x {dim} features is more than {MAX_SYNTHETIC_VALUES:,} values; use "
+                           f"fewer clients or features")
     cov_sd = np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2) ** 0.5
     u = rng.normal(0.0, cfg.synthetic_alpha, num_clients)
     big_b = rng.normal(0.0, cfg.synthetic_beta, num_clients)

@@ -8,10 +8,15 @@ type, the client ids it acted on and a short detail such as ``compute x0.1``. Th
 separate tables so that every row of events.parquet stays a task. ``clients.parquet``
 holds each client's initial device profile (before timeline changes), device class and tags.
 
-Tables are written incrementally: rows accumulate in memory and the whole file is
-rewritten atomically (temporary file, then rename) at most every ``flush_every_s`` seconds
-and at the end, so at any moment each file on disk is a complete, valid Parquet file
-holding every row up to its last flush.
+Tables are written incrementally and survive a crash at any point. Rows accumulate in memory
+and the whole file is rewritten atomically (temporary file, then rename) at most every
+``flush_every_s`` seconds and at the end. Between two such rewrites, each completed event's
+new rows also go at once into a small Parquet *part* file, ``<table>.parts/<first row>.parquet``
+(also written to a temporary name and renamed), and a rewrite deletes the parts it covers. So
+at any moment every Parquet file on disk is complete and valid, and the main file plus the
+parts that start at or after its row count (:func:`read_rows`) hold every row up to the last
+completed event; after a normal end only the main files remain. ``clients.parquet`` is a
+per-client summary written at the end (empty until then).
 """
 from __future__ import annotations
 
@@ -64,18 +69,34 @@ TIMELINE_SCHEMA = pa.schema([
 
 
 class Table:
-    """Rows of one Parquet file, rewritten atomically on flush."""
+    """Rows of one Parquet file, rewritten atomically on flush; with ``journal``, rows appended
+    since the last flush are also written at once as part files (see the module docstring)."""
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, journal: bool = False) -> None:
         self.path = path
         self.schema = schema
+        self.journal = journal
         self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
         self._dirty = True
+        self._journaled = 0  # rows already on disk, in the main file or in parts
+
+    @property
+    def parts_dir(self) -> Path:
+        return parts_dir(self.path)
 
     def append(self, row: dict[str, Any]) -> None:
         for name, values in self.columns.items():
             values.append(row.get(name))
         self._dirty = True
+
+    def commit(self) -> None:
+        """Write the rows appended since the last commit or flush as one part file."""
+        if not self.journal or self._journaled >= len(self):
+            return
+        start = self._journaled
+        self.parts_dir.mkdir(exist_ok=True)
+        _write_atomic(self._arrow(start), self.parts_dir / f"{start:012d}.parquet")
+        self._journaled = len(self)
 
     def replace(self, columns: dict[str, Any]) -> None:
         self.columns = {name: list(columns[name]) for name in self.schema.names}
@@ -87,12 +108,49 @@ class Table:
     def flush(self) -> None:
         if not self._dirty:
             return
-        table = pa.table({n: pa.array(v, type=self.schema.field(n).type) for n, v in self.columns.items()},
-                         schema=self.schema)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.path)
+        _write_atomic(self._arrow(0), self.path)
         self._dirty = False
+        self._journaled = len(self)
+        if self.parts_dir.is_dir():  # every part is now in the main file
+            for part in sorted(self.parts_dir.iterdir()):
+                part.unlink()
+            self.parts_dir.rmdir()
+
+    def _arrow(self, start: int) -> pa.Table:
+        return pa.table({n: pa.array(v[start:], type=self.schema.field(n).type) for n, v in self.columns.items()},
+                        schema=self.schema)
+
+
+def _write_atomic(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def parts_dir(path: Path) -> Path:
+    """Where the part files of the table at ``path`` go (``events.parquet`` → ``events.parts``)."""
+    return path.with_name(path.stem + ".parts")
+
+
+def read_rows(path: Path) -> pa.Table:
+    """Every row of a results table, also after a crash: the main file, then the part files
+    that start at or after its row count, in order (older parts duplicate rows already in the
+    main file and are skipped)."""
+    main = pq.read_table(path)
+    parts = parts_dir(path)
+    if not parts.is_dir():
+        return main
+    pieces, rows = [main], main.num_rows
+    for part in sorted(parts.glob("*.parquet")):
+        start = int(part.stem)
+        if start < rows:
+            continue
+        if start > rows:
+            break  # a gap: nothing after it can be trusted
+        piece = pq.read_table(part, schema=main.schema)
+        pieces.append(piece)
+        rows += piece.num_rows
+    return pa.concat_tables(pieces)
 
 
 def resolved_dict(scenario: Scenario) -> dict[str, Any]:
@@ -124,10 +182,10 @@ class ResultsWriter:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "scenario.resolved.yaml").write_text(
             yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
-        self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA)
-        self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA)
+        self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA, journal=True)
+        self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA, journal=True)
         self.clients = Table(out_dir / "clients.parquet", CLIENTS_SCHEMA)
-        self.timeline = Table(out_dir / "timeline.parquet", TIMELINE_SCHEMA)
+        self.timeline = Table(out_dir / "timeline.parquet", TIMELINE_SCHEMA, journal=True)
         self.flush_every_s = flush_every_s
         self.on_progress = on_progress
         self.totals = RunTotals()
@@ -199,8 +257,12 @@ class ResultsWriter:
         self.clients.replace(columns)
 
     def _maybe_flush(self) -> None:
+        """After each completed event: a full rewrite when one is due, else the new rows as parts."""
         if time.perf_counter() - self._last_flush >= self.flush_every_s:
             self.flush()
+            return
+        for table in (self.events, self.metrics, self.timeline):
+            table.commit()
 
     def flush(self) -> None:
         for table in (self.events, self.metrics, self.clients, self.timeline):

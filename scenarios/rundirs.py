@@ -12,8 +12,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
+
+from fedclock.scenarios.results import read_rows
 
 METRICS_FILE = "metrics.parquet"
 EVENTS_FILE = "events.parquet"
@@ -94,8 +95,8 @@ def read_run(run_dir: Path, name: str | None = None) -> RunResults:
 
 def _read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as err:
+        table = read_rows(path)  # with the part files a crashed run left
+    except (pa.ArrowException, OSError, ValueError) as err:
         raise ResultsError(f"{path}: not a readable Parquet file ({_one_line(err)})") from None
     missing = [c for c in required if c not in table.column_names]
     if missing:

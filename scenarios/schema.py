@@ -26,6 +26,30 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# Upper bounds on sizes. They are far beyond what a simulation on one machine or a small cluster
+# runs, and they turn a value that could never be allocated (or would never finish) into a
+# one-line validation error naming the field instead of a crash in the middle of ``run``.
+MAX_CLIENTS = 1_000_000
+"""population.num_clients."""
+MAX_WIDTH = 16_384
+"""Each entry of model.hidden (a 16,384 x 16,384 layer is already 1 GiB of float32)."""
+MAX_LAYERS = 16
+"""Entries of model.hidden."""
+MAX_SYNTHETIC_SAMPLES = 10_000_000
+"""dataset.synthetic_samples."""
+MAX_SYNTHETIC_FEATURES = 100_000
+"""dataset.synthetic_features and dataset.synthetic_classes."""
+MAX_SYNTHETIC_VALUES = 200_000_000
+"""dataset.synthetic_samples x synthetic_features (1.6 GB as generated float64)."""
+MAX_THREADS = 1024
+"""runtime.threads_per_actor."""
+MAX_ACTORS = 100_000
+"""runtime.num_actors."""
+MAX_ACTOR_CPUS = 1024.0
+"""runtime.num_cpus (per actor)."""
+MAX_ACTOR_GPUS = 64.0
+"""runtime.num_gpus (per actor)."""
+
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -103,9 +127,9 @@ class DatasetConfig(StrictModel):
     emnist_split: Literal["balanced", "byclass", "bymerge", "digits", "letters", "mnist"] = "balanced"
     synthetic_alpha: NonNegativeFloat = 1.0
     synthetic_beta: NonNegativeFloat = 1.0
-    synthetic_features: Annotated[int, Field(ge=1)] = 60
-    synthetic_classes: Annotated[int, Field(ge=2)] = 10
-    synthetic_samples: Annotated[int, Field(ge=10)] = 20000
+    synthetic_features: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_FEATURES)] = 60
+    synthetic_classes: Annotated[int, Field(ge=2, le=MAX_SYNTHETIC_FEATURES)] = 10
+    synthetic_samples: Annotated[int, Field(ge=10, le=MAX_SYNTHETIC_SAMPLES)] = 20000
     max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="keep a random subset of the training pool (quick variants)")
     global_test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
@@ -119,6 +143,10 @@ class DatasetConfig(StrictModel):
             raise ValueError("partition.type: 'natural' needs a dataset with its own client split (allowed with: synthetic)")
         if self.name == "synthetic" and self.image_size is not None:
             raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
+        if self.name == "synthetic" and self.synthetic_samples * self.synthetic_features > MAX_SYNTHETIC_VALUES:
+            raise ValueError(f"synthetic_samples: {self.synthetic_samples} samples x {self.synthetic_features} features "
+                             f"is more than {MAX_SYNTHETIC_VALUES:,} values; lower synthetic_samples or "
+                             f"synthetic_features")
         from fedclock.scenarios.domain_names import DOMAINS
 
         if self.domains is not None and self.name not in DOMAINS:
@@ -137,7 +165,8 @@ class ModelConfig(StrictModel):
     """Network architecture; input shape and classes come from the dataset."""
 
     name: Literal["mlp", "cnn5", "spfl_cnn", "logistic", "resnet18_gn", "conv_gn"] = "mlp"
-    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [128], description="MLP hidden widths")
+    hidden: Annotated[list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]], Field(max_length=MAX_LAYERS)] = Field(
+        default_factory=lambda: [128], description="MLP hidden widths")
 
 
 # --------------------------------------------------------------------------- devices
@@ -287,7 +316,7 @@ class ClientOverride(StrictModel):
 
 
 class PopulationConfig(StrictModel):
-    num_clients: Annotated[int, Field(ge=1, le=10_000_000)] = 10
+    num_clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS)] = 10
     devices: DeviceDistributions = Field(default_factory=DeviceDistributions)
     device_mix: dict[str, Fraction] = Field(
         default_factory=dict, description="device classes from the library by fraction of clients, in client-id "
@@ -414,12 +443,12 @@ class RuntimeConfig(StrictModel):
 
     backend: Literal["ray", "inline"] = "ray"
     address: str | None = Field(default=None, description="Ray cluster address; default starts a local Ray")
-    num_actors: Annotated[int, Field(ge=1)] | None = Field(default=None, description="default min(clients, CPUs)")
+    num_actors: Annotated[int, Field(ge=1, le=MAX_ACTORS)] | None = Field(default=None, description="default min(clients, CPUs)")
     placement: Literal["pooled", "dedicated"] | None = Field(
         default=None, description="default: dedicated when every client gets an actor, else pooled")
-    num_cpus: PositiveFloat = 1.0
-    num_gpus: NonNegativeFloat = 0.0
-    threads_per_actor: Annotated[int, Field(ge=1)] = 1
+    num_cpus: Annotated[PositiveFloat, Field(le=MAX_ACTOR_CPUS)] = 1.0
+    num_gpus: Annotated[NonNegativeFloat, Field(le=MAX_ACTOR_GPUS)] = 0.0
+    threads_per_actor: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1
     device: Literal["cpu", "cuda"] = "cpu"
 
 

@@ -1,0 +1,115 @@
+"""Faults: a client executor killed mid-task is replaced and its tasks re-run with the same
+inputs, so the results equal an undisturbed run's; the server dying ends the run with one line."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import pytest
+
+from fedclock.actors import runtime as runtime_mod
+from fedclock.actors.runtime import ActorLost, Runtime, Session
+from fedclock.scenarios.experiment import run_scenario
+from fedclock.scheduling.clock import Task
+from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
+from tests.conftest import scenario
+
+SHORT = {**ASYNC_HETEROGENEOUS, "stop": {"versions": 8}}
+
+
+def _run(runtime: Runtime, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    cfg = {"backend": runtime.backend, "num_actors": 2, "placement": "pooled"}
+    run_scenario(scenario(**SHORT, runtime=cfg), runtime, out)
+    return (pd.read_parquet(out / "metrics.parquet").drop(columns=["wall_time"]),
+            pd.read_parquet(out / "events.parquet"))
+
+
+def _sessions(monkeypatch: pytest.MonkeyPatch, runtime: Runtime) -> list[Session]:
+    """Record the sessions the runtime hands out."""
+    made: list[Session] = []
+    original = runtime.session
+
+    def session(*args: Any, **kwargs: Any) -> Session:
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(runtime, "session", session)
+    return made
+
+
+def _kill_on_start(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Task], bool],
+                   victim: Callable[[Session, Task], Any]) -> list[int]:
+    """After the n-th task start for which ``when(n, task)`` holds, kill ``victim``; return the
+    list of start counts at which a kill happened."""
+    import ray
+
+    original = Session.start
+    starts, kills = [0], []
+
+    def start(self: Session, task: Task) -> None:
+        original(self, task)
+        starts[0] += 1
+        if when(starts[0], task):
+            ray.kill(victim(self, task), no_restart=True)
+            kills.append(starts[0])
+
+    monkeypatch.setattr(Session, "start", start)
+    return kills
+
+
+def test_a_killed_executor_is_replaced_and_results_are_unchanged(ray_runtime: Runtime, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calm_m, calm_e = _run(Runtime("inline"), tmp_path / "calm")  # equal to an undisturbed Ray run (test_determinism)
+    sessions = _sessions(monkeypatch, ray_runtime)
+    # kill an executor right after it is handed a task (so it dies with tasks in flight), twice
+    kills = _kill_on_start(monkeypatch, lambda n, task: n in (3, 7), lambda s, task: s.executors[task.handle.slot])
+    hit_m, hit_e = _run(ray_runtime, tmp_path / "hit")
+    assert len(kills) == 2 and sessions[0].respawns == 2
+    pd.testing.assert_frame_equal(calm_m, hit_m, check_exact=True)
+    pd.testing.assert_frame_equal(calm_e, hit_e, check_exact=True)
+    assert all(runtime_mod.actor_id(a) for a in ray_runtime._pool[:2])  # the runtime keeps the fresh actors
+    assert ray_runtime._pool[:2] == sessions[0].executors
+
+
+def test_an_executor_that_keeps_dying_ends_the_run_with_one_line(ray_runtime: Runtime, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    original = Runtime._respawn
+
+    def doomed(self: Runtime, *args: Any) -> Any:
+        fresh = original(self, *args)
+        ray.kill(fresh, no_restart=True)
+        return fresh
+
+    monkeypatch.setattr(Runtime, "_respawn", doomed)
+    monkeypatch.setattr(runtime_mod, "MAX_TASK_RETRIES", 1)
+    _kill_on_start(monkeypatch, lambda n, task: n == 2, lambda s, task: s.executors[task.handle.slot])
+    with pytest.raises(ActorLost, match=r"executor died 2 times in a row \(at most 1 re-runs\)") as info:
+        _run(ray_runtime, tmp_path / "doomed")
+    assert "\n" not in str(info.value)
+
+
+def test_the_server_dying_is_a_one_line_error(ray_runtime: Runtime, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _kill_on_start(monkeypatch, lambda n, task: n == 2, lambda s, task: s.server)
+    with pytest.raises(ActorLost, match=r"^the server actor died; .*checkpoint") as info:
+        _run(ray_runtime, tmp_path / "server")
+    assert "\n" not in str(info.value)
+    monkeypatch.undo()
+    _run(ray_runtime, tmp_path / "after")  # the next run starts a fresh server
+
+
+def test_the_cli_reports_a_lost_actor_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import fedclock.scenarios.experiment as experiment
+    from fedclock.scenarios.cli import main
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise ActorLost("the server actor died; the run cannot go on")
+
+    monkeypatch.setattr(experiment, "run_scenario", lost)
+    code = main(["run", "quickstart", "--backend", "inline", "--quiet", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "fedclock: error: the server actor died; the run cannot go on\n"

@@ -1,0 +1,156 @@
+"""Clusters: ``fedclock run FILE --address ADDR`` on a real two-node Ray cluster started on
+this machine gives the same metrics and events as the local inline run."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+import pytest
+
+from fedclock.actors.runtime import Runtime
+from fedclock.scenarios.experiment import run_scenario
+from fedclock.scenarios.loader import load_suite
+
+SCENARIO = """\
+name: cluster
+seed: 3
+dataset: {name: digits, partition: {type: dirichlet, alpha: 0.5}}
+model: {name: mlp, hidden: [8]}
+population:
+  num_clients: 4
+  devices: {compute: {dist: loguniform, low: 20, high: 200}}
+algorithm: {name: fedasync, lr: 0.1, local_epochs: 1, batch_size: 16}
+mode: {type: async, concurrency: 3}
+stop: {versions: 8}
+evaluation: {every: 4, personalized: false}
+runtime: {num_actors: 2, placement: pooled, num_cpus: 1}
+output: {progress: false}
+"""
+
+# the CLI as a user runs it, plus a note of the node each client executor landed on
+DRIVER = textwrap.dedent("""\
+    import json, sys
+    import ray
+    from fedclock.actors import runtime
+    from fedclock.scenarios import cli
+
+    nodes = []
+    make = runtime.Runtime.session
+
+    def session(self, *args, **kwargs):
+        s = make(self, *args, **kwargs)
+        where = lambda actor: ray.get_runtime_context().get_node_id()
+        nodes.extend(ray.get([e.__ray_call__.remote(where) for e in s.executors]))
+        return s
+
+    runtime.Runtime.session = session
+    code = cli.main(sys.argv[2:])
+    with open(sys.argv[1], "w") as f:
+        json.dump(nodes, f)
+    sys.exit(code)
+""")
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _processes_under(marker: str) -> list[int]:
+    """Pids of the processes whose command line names ``marker`` (the cluster's temp dir), and
+    of their descendants (Ray's workers and agents rename themselves ``ray::…``)."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except (OSError, ValueError, IndexError):
+                continue
+            if state != "Z":  # a zombie is already gone
+                table[int(entry.name)] = (int(ppid), cmd)
+    found = {pid for pid, (_, cmd) in table.items() if marker in cmd and pid != os.getpid()}
+    while True:
+        more = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
+        if not more:
+            return sorted(found)
+        found |= more
+
+
+def _stop(marker: str) -> None:
+    """Stop exactly the cluster's processes, by pid (``ray stop`` would stop every Ray on the machine)."""
+    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
+        for pid in _processes_under(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + wait
+        while time.time() < deadline and _processes_under(marker):
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
+    temp = tempfile.mkdtemp(prefix="fcray")  # short: Ray's socket paths must stay under 108 characters
+    token = Path(temp) / "token"  # the cluster's own token, whatever ~/.ray holds
+    token.write_text(secrets.token_hex(32))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats",
+               "--node-ip-address=127.0.0.1", "--num-cpus=1", f"--temp-dir={temp}"]
+    gcs, client, dashboard, agent1, agent2 = _free_ports(5)
+    try:
+        subprocess.run(ray_cli + ["--head", f"--port={gcs}", "--include-dashboard=false",
+                                  f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}",
+                                  f"--dashboard-agent-listen-port={agent1}"],
+                       env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(ray_cli + [f"--address=127.0.0.1:{gcs}", f"--dashboard-agent-listen-port={agent2}"],
+                       env=env, check=True, capture_output=True, timeout=120)
+        yield f"127.0.0.1:{gcs}", env
+    finally:
+        _stop(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+        assert not _processes_under(temp), "the test cluster's processes outlived it"
+
+
+@pytest.mark.slow
+def test_a_run_on_a_two_node_cluster_matches_the_local_run(two_node_cluster: tuple[str, dict[str, str]],
+                                                           tmp_path: Path) -> None:
+    address, env = two_node_cluster
+    file = tmp_path / "cluster.yaml"
+    file.write_text(SCENARIO)
+    nodes_file = tmp_path / "nodes.json"
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(nodes_file), "run", str(file), "--address", address,
+                           "--out", str(tmp_path / "cluster"), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    nodes = json.loads(nodes_file.read_text())
+    assert len(nodes) == 2 and len(set(nodes)) == 2  # one executor on each node
+
+    (local,) = load_suite(file, ["runtime.backend=inline"]).runs
+    run_scenario(local, Runtime("inline"), tmp_path / "local")
+    for name in ("metrics", "events"):
+        a = pd.read_parquet(tmp_path / "cluster" / f"{name}.parquet")
+        b = pd.read_parquet(tmp_path / "local" / f"{name}.parquet")
+        if name == "metrics":
+            a, b = a.drop(columns=["wall_time"]), b.drop(columns=["wall_time"])
+        assert len(a) > 0
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
