@@ -1,7 +1,7 @@
 """APFL (Deng et al. 2020): adaptive mixture of a local and the global model."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +13,7 @@ from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, 
     evaluate_flat
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.training import local_sgd
+from fedclock.algorithms.training import BatchLoss, local_sgd
 
 
 class APFLParams(FedAvgParams):
@@ -45,6 +45,33 @@ def _apfl_loss(pair: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tenso
     return F.cross_entropy(pair.w(x), y) + F.cross_entropy(functional_call(pair.w, mixed, (x,)), y)
 
 
+class _Apply(nn.Module):
+    """``loss(model, x, y)`` as a module call, so :func:`functional_call` can evaluate any
+    batch loss at substituted parameters (parameter names: ``"model." + name``)."""
+
+    def __init__(self, model: nn.Module, loss: BatchLoss) -> None:
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model, x, y)
+
+
+def apfl_objective(loss_w: BatchLoss, loss_v: BatchLoss) -> BatchLoss:
+    """:func:`_apfl_loss` for any batch loss: ``loss_w(w) + loss_v(vbar)`` with ``vbar =
+    alpha v + (1 - alpha) stopgrad(w)`` (two callables so each can keep its own random
+    stream; the self-supervised form gives them twin streams, hence the same views)."""
+    def loss(pair: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = pair.alpha[0]  # type: ignore[index]
+        w_params = dict(pair.w.named_parameters())  # type: ignore[union-attr]
+        mixed = {"model." + k: a * v + (1 - a) * w_params[k].detach()
+                 for k, v in pair.v.named_parameters()}  # type: ignore[union-attr]
+        return loss_w(pair.w, x, y) + functional_call(_Apply(pair.w, loss_v), mixed, (x, y))  # type: ignore[arg-type]
+
+    return loss
+
+
 class APFL(FedAvg):
     """APFL: Adaptive Personalized Federated Learning.
 
@@ -62,9 +89,19 @@ class APFL(FedAvg):
     :func:`_apfl_loss`); alpha takes a projected step of its own inside the step hook, so
     momentum, weight decay and gradient clipping act on w and v only; a step costs two
     passes per sample (``sample_cost = 2``).
+
+    Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
+    ``simsiam`` give FedStyle's Table 1 "APFL" baseline: w and v are both encoder +
+    projector (+ predictor) models of the self-supervised factory (the flat layout
+    ``[alpha, w, v]`` is the same), and F is the unlabeled two-view loss
+    (:func:`apfl_objective`): F(w) and F(vbar) see the same two augmented views of the batch
+    (two loss callables on twin generators). The client's representation (k-NN monitor,
+    personalization linear evaluation) is the encoder of the mixture
+    ``alpha_p v_p + (1 - alpha_p) w``.
     """
 
     name: ClassVar[str] = "apfl"
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "FedAvg plus a local model mixed with the global one by an adaptive alpha"
     paper: ClassVar[str] = "Deng et al., Adaptive Personalized Federated Learning, arXiv 2020"
     Params: ClassVar[type[AlgorithmParams]] = APFLParams
@@ -105,8 +142,15 @@ class APFL(FedAvg):
             a.grad = None
 
         flat = torch.cat([alpha.to(torch.float32), start.to(torch.float32), personal.to(torch.float32)])
+        objective: BatchLoss = _apfl_loss
+        if self.ssl:
+            twin = torch.Generator(device=rng.device)
+            twin.set_state(rng.get_state())
+            loss_w, loss_v = self.objective_loss(rng), self.objective_loss(twin)
+            assert loss_w is not None and loss_v is not None
+            objective = apfl_objective(loss_w, loss_v)
         out, metrics = local_sgd(pair, _PairFactory, flat, data, p, rng, self.task_steps(data),
-                                 loss_fn=_apfl_loss, after_backward=alpha_step)
+                                 loss_fn=objective, after_backward=alpha_step)
         n = self.model_factory.num_params
         new_alpha, local, new_personal = out[:1].clone(), out[1:n + 1], out[n + 1:].clone()
         metrics = {**metrics, "alpha": float(new_alpha[0])}
@@ -120,8 +164,15 @@ class APFL(FedAvg):
         a = float(alpha[0])
         return a * personal + (1 - a) * payload["weights"].to(personal)
 
+    def representation(self, payload: Tensors, client_state: Tensors | None
+                       ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The encoder of the personalized mixture ``alpha_p v_p + (1 - alpha_p) w``."""
+        return self.encoder_from_weights(self.mixture(payload, client_state))
+
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
+        if self.ssl:
+            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
         return evaluate_flat(self.workspace, self.model_factory, self.mixture(payload, client_state),
                              data.x_test, data.y_test, batch_size)
 

@@ -1,7 +1,7 @@
 """Ditto (Li et al. 2021): FedAvg plus a personal model pulled towards the global one."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 from pydantic import Field
@@ -36,9 +36,17 @@ class Ditto(FedAvg):
     accuracy: v_p. **Choices:** the global model's steps run first, then the personal ones,
     drawing batches from the task's generator in that order; the task costs two passes per
     sample (``sample_cost = 2``).
+
+    Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
+    ``simsiam`` give FedStyle's Table 1 "Ditto" baseline: both the global and the personal
+    model are encoder + projector (+ predictor) trained on the unlabeled two-view loss (the
+    personal one plus the same pull towards ``w^t``), each phase with its own augmentation
+    stream drawn from the task's generator. The client's representation (k-NN monitor,
+    personalization linear evaluation) is the encoder of v_p.
     """
 
     name: ClassVar[str] = "ditto"
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     partial_work: ClassVar[bool] = False  # global steps then personal steps
     summary: ClassVar[str] = "FedAvg plus a personal model regularized towards the global model"
     paper: ClassVar[str] = "Li et al., Ditto: Fair and Robust Federated Learning Through Personalization, ICML 2021"
@@ -53,18 +61,29 @@ class Ditto(FedAvg):
                       rng: torch.Generator) -> ClientResult:
         p: DittoParams = self.params  # type: ignore[assignment]
         start = payload["weights"]
-        local, metrics = train_from(self, start, data, rng)
+        local, metrics = train_from(self, start, data, rng, loss_fn=self.objective_loss(rng))
         personal = start if client_state is None else client_state["personal"]
         pull = proximal_loss(start, p.lam, self.workspace)
         personal, m_personal = local_sgd(self.workspace, self.model_factory, personal, data, p, rng,
-                                         self._personal_steps(data.num_train), pull)
+                                         self._personal_steps(data.num_train), pull,
+                                         loss_fn=self.objective_loss(rng))
         metrics = {**metrics, "personal_loss": m_personal["train_loss"]}
         return ClientResult(upload={"delta": local - start.to(local.device)}, state={"personal": personal},
                             num_samples=data.num_train, metrics=metrics)
 
+    def _personal(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
+        return payload["weights"] if client_state is None else client_state["personal"]
+
+    def representation(self, payload: Tensors, client_state: Tensors | None
+                       ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The encoder of the personal model v_p (the received model before a first task)."""
+        return self.encoder_from_weights(self._personal(payload, client_state))
+
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
-        weights = payload["weights"] if client_state is None else client_state["personal"]
+        if self.ssl:
+            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
+        weights = self._personal(payload, client_state)
         return evaluate_flat(self.workspace, self.model_factory, weights, data.x_test, data.y_test, batch_size)
 
     def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
@@ -74,4 +93,5 @@ class Ditto(FedAvg):
 
     def work(self, num_samples: int) -> float:
         per_step = min(self.params.batch_size, max(num_samples, 1))
-        return (self.local_steps(num_samples) + self._personal_steps(num_samples)) * per_step
+        work = (self.local_steps(num_samples) + self._personal_steps(num_samples)) * per_step
+        return 2.0 * work if self.ssl else work  # a self-supervised step passes two views

@@ -9,9 +9,15 @@ from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, 
     evaluate_flat
 from fedclock.algorithms.body_avg import BodyAveraging
 from fedclock.algorithms.personal import train_part, with_head
+from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
 
 
-class FedPer(BodyAveraging[AlgorithmParams]):
+class FedPerParams(ObjectiveParams):
+    """Local SGD settings and the local objective (supervised, or the unlabeled SimCLR /
+    SimSiam of :mod:`fedclock.algorithms.ssl`)."""
+
+
+class FedPer(ObjectiveMixin, BodyAveraging[FedPerParams]):
     """FedPer.
 
     Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
@@ -24,12 +30,20 @@ class FedPer(BodyAveraging[AlgorithmParams]):
     body (:class:`~fedclock.algorithms.body_avg.BodyAveraging`). Personalized accuracy: the
     received body with the client's head. **Choice:** the base/personalization split is the
     model's body/head (for cnn5: the four feature layers / the classifier).
+
+    Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
+    ``simsiam`` give FedStyle's Table 1 "FedPer" baseline: the body is the encoder (averaged),
+    the head is the projector (+ predictor) kept on the client, both trained jointly on the
+    unlabeled two-view loss. The client's representation (k-NN monitor, personalization
+    linear evaluation) is then the received global encoder (the mixin's default): its own
+    head is a projector, not part of the representation.
     """
 
     name: ClassVar[str] = "fedper"
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "body and head trained jointly; body averaged, head stays on the client"
     paper: ClassVar[str] = "Arivazhagan et al., Federated Learning with Personalization Layers, arXiv 2019"
-    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    Params: ClassVar[type[AlgorithmParams]] = FedPerParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
 
     def _start(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
@@ -40,13 +54,15 @@ class FedPer(BodyAveraging[AlgorithmParams]):
                       rng: torch.Generator) -> ClientResult:
         start = self._start(payload, client_state)
         local, metrics = train_part(self.workspace, self.model_factory, start, data, self.params, rng,
-                                    self.task_steps(data), "all")
+                                    self.task_steps(data), "all", loss_fn=self.objective_loss(rng))
         return ClientResult(upload=self.body_upload(local, payload["weights"]),
                             state={"head": local[self.model_factory.head].clone()}, num_samples=data.num_train,
                             metrics=metrics)
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
+        if self.ssl:
+            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
         return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
                              data.x_test, data.y_test, batch_size)
 
@@ -55,5 +71,5 @@ class FedPer(BodyAveraging[AlgorithmParams]):
         """The client's jointly trained model after one more task (CKA analysis)."""
         start = self._start(payload, client_state)
         local, _ = train_part(self.workspace, self.model_factory, start, data, self.params, rng,
-                              self.local_steps(data.num_train), "all")
+                              self.local_steps(data.num_train), "all", loss_fn=self.objective_loss(rng))
         return local

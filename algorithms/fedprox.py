@@ -30,9 +30,13 @@ class FedProx(FedAvg):
       slow device just takes longer in virtual time).
     * Server: exactly FedAvg's sample-weighted mean of deltas times ``server_lr``; schedules
       as in FedAvg.
+    * Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
+      ``simsiam`` give FedStyle's Table 1 "FedProx" baseline: the unlabeled two-view loss of
+      encoder + projector (+ predictor) plus the same proximal term on the whole model.
     """
 
     name: ClassVar[str] = "fedprox"
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "FedAvg with a proximal term mu/2 ||w - w_t||^2 in the local objective"
     paper: ClassVar[str] = "Li et al., Federated Optimization in Heterogeneous Networks, MLSys 2020"
     Params: ClassVar[type[AlgorithmParams]] = FedProxParams
@@ -41,6 +45,6 @@ class FedProx(FedAvg):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         extra = proximal_loss(start, self.params.mu, self.workspace) if self.params.mu > 0 else None
-        local, metrics = self.local_train(payload, data, rng, extra_loss=extra)
+        local, metrics = self.local_train(payload, data, rng, extra_loss=extra, loss_fn=self.objective_loss(rng))
         return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
                             num_samples=data.num_train, metrics=metrics)

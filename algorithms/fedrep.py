@@ -10,16 +10,18 @@ from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, 
     evaluate_flat
 from fedclock.algorithms.body_avg import BodyAveraging
 from fedclock.algorithms.personal import epoch_steps, train_part, with_body, with_head
+from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
 
 
-class FedRepParams(AlgorithmParams):
-    """Local SGD settings; ``local_epochs`` (or ``local_steps``) is the body phase."""
+class FedRepParams(ObjectiveParams):
+    """Local SGD settings; ``local_epochs`` (or ``local_steps``) is the body phase; the local
+    objective (supervised, or the unlabeled SimCLR / SimSiam of :mod:`fedclock.algorithms.ssl`)."""
 
     head_epochs: float = Field(default=1.0, gt=0, description="epochs tau_h of head training with the body "
                                "fixed (the FedReCo paper's setup: 1)")
 
 
-class FedRep(BodyAveraging[FedRepParams]):
+class FedRep(ObjectiveMixin, BodyAveraging[FedRepParams]):
     """FedRep.
 
     Collins, Hassani, Mokhtari, Shakkottai, "Exploiting Shared Representations for
@@ -35,9 +37,19 @@ class FedRep(BodyAveraging[FedRepParams]):
     accuracy: the global body with the shared initial head (not a trained classifier; FedRep
     has no global head). **Choices:** both phases use ``lr``; head steps cost one pass per
     sample like body steps.
+
+    Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
+    ``simsiam`` give FedStyle's Table 1 "FedRep" baseline: the body is the encoder (averaged),
+    the head is the projector (+ predictor) kept on the client; the head phase trains the
+    projector on the unlabeled two-view loss with the encoder fixed, the body phase the
+    encoder with the projector fixed (each phase with its own augmentation stream drawn from
+    the task's generator; a step costs two passes). The client's representation (k-NN
+    monitor, personalization linear evaluation) is the received global encoder (the mixin's
+    default): its own head is a projector, not part of the representation.
     """
 
     name: ClassVar[str] = "fedrep"
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     partial_work: ClassVar[bool] = False  # head epochs then body steps: a step count does not describe them
     summary: ClassVar[str] = "shared body averaged; each client trains its own head, then the body"
     paper: ClassVar[str] = ("Collins et al., Exploiting Shared Representations for Personalized Federated "
@@ -57,8 +69,10 @@ class FedRep(BodyAveraging[FedRepParams]):
         start = self._start(payload, client_state)
         ws, f = self.workspace, self.model_factory
         n = data.num_train
-        headed, m_head = train_part(ws, f, start, data, self.params, rng, self._head_steps(n), "head")
-        local, m_body = train_part(ws, f, headed, data, self.params, rng, self.local_steps(n), "body")
+        headed, m_head = train_part(ws, f, start, data, self.params, rng, self._head_steps(n), "head",
+                                    loss_fn=self.objective_loss(rng))
+        local, m_body = train_part(ws, f, headed, data, self.params, rng, self.local_steps(n), "body",
+                                   loss_fn=self.objective_loss(rng))
         return ClientResult(upload=self.body_upload(local, payload["weights"]),
                             state={"head": local[f.head].clone()}, num_samples=n,
                             metrics={"head_loss": m_head["train_loss"], "train_loss": m_body["train_loss"],
@@ -66,6 +80,8 @@ class FedRep(BodyAveraging[FedRepParams]):
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
+        if self.ssl:
+            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
         return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
                              data.x_test, data.y_test, batch_size)
 
@@ -79,4 +95,5 @@ class FedRep(BodyAveraging[FedRepParams]):
 
     def work(self, num_samples: int) -> float:
         per_step = min(self.params.batch_size, max(num_samples, 1))
-        return (self._head_steps(num_samples) + self.local_steps(num_samples)) * per_step
+        work = (self._head_steps(num_samples) + self.local_steps(num_samples)) * per_step
+        return 2.0 * work if self.ssl else work  # a self-supervised step passes two views
