@@ -241,8 +241,7 @@ class Algorithm(ABC, Generic[P]):
         p = self.params
         if p.local_steps is not None:
             return p.local_steps
-        per_epoch = max(1, -(-num_samples // p.batch_size))
-        return max(1, round(p.local_epochs * per_epoch))
+        return epoch_steps(num_samples, p.batch_size, p.local_epochs)
 
     def task_steps(self, data: ClientData) -> int:
         """Steps this task runs: the clock's ``data.steps`` if set, else the full count."""
@@ -260,6 +259,14 @@ class Algorithm(ABC, Generic[P]):
         overrides :meth:`work` is charged consistently)."""
         full = self.local_steps(num_samples)
         return self.work(num_samples) * steps / full
+
+
+def epoch_steps(num_samples: int, batch_size: int, epochs: float) -> int:
+    """Mini-batch steps of ``epochs`` passes over ``num_samples`` samples in batches of
+    ``batch_size``: ``round(epochs * ceil(n / B))``, at least one step (the rounding every
+    phase of local work uses, :meth:`Algorithm.local_steps` included)."""
+    per_epoch = max(1, -(-num_samples // batch_size))
+    return max(1, round(epochs * per_epoch))
 
 
 def evaluate_flat(model: nn.Module, factory: ModelFactory, weights: torch.Tensor, x: torch.Tensor,

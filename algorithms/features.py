@@ -4,7 +4,6 @@
 * :func:`join_parts`: a flat weight vector from a body part and a head part;
 * :func:`class_feature_stats`: per-class counts, sums and sums of squared norms of a
   feature map over a data set, computed without gradients in fixed-size chunks;
-* :func:`part_steps`: the number of mini-batch steps of a given number of local epochs.
 """
 from __future__ import annotations
 
@@ -58,11 +57,6 @@ def class_feature_stats(features: Callable[[torch.Tensor], torch.Tensor], x: tor
         sums = torch.zeros(num_classes, 0, dtype=torch.float64)
     return counts, sums, sq
 
-
-def part_steps(epochs: float, num_samples: int, batch_size: int) -> int:
-    """Mini-batch steps of ``epochs`` passes over ``num_samples`` samples (at least one)."""
-    per_epoch = max(1, -(-num_samples // batch_size))
-    return max(1, round(epochs * per_epoch))
 
 
 FORWARD_ONLY_COST = 1.0 / 3.0

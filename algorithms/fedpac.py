@@ -10,8 +10,8 @@ from pydantic import Field
 from torch import nn
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
-    ServerState, Tensors, evaluate_flat
-from fedclock.algorithms.features import FORWARD_ONLY_COST, class_feature_stats, feature_dim, join_parts, part_steps
+    ServerState, Tensors, epoch_steps, evaluate_flat
+from fedclock.algorithms.features import FORWARD_ONLY_COST, class_feature_stats, feature_dim, join_parts
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.simplex_qp import solve_simplex_qp
 from fedclock.algorithms.training import local_sgd
@@ -145,7 +145,7 @@ class FedPAC(Algorithm[FedPACParams]):
         return 4 * (self._body_size() + self._head_size() + 2 * c * d + c + 1)
 
     def _head_steps(self, n: int) -> int:
-        return part_steps(self.params.head_epochs, n, self.params.batch_size)
+        return epoch_steps(n, self.params.batch_size, self.params.head_epochs)
 
     def work(self, num_samples: int) -> float:
         per_step = min(self.params.batch_size, max(num_samples, 1))

@@ -8,7 +8,7 @@ so no algorithm writes its own loop:
 
 * :func:`part_params` — the parameters of ``"body"``, ``"head"`` or ``"all"`` of a model
   (``trainable=`` argument of ``local_sgd``);
-* :func:`epoch_steps` — mini-batch steps of ``epochs`` passes over ``n`` samples;
+* :func:`~fedclock.algorithms.base.epoch_steps` (re-exported) — mini-batch steps of ``epochs`` passes over ``n`` samples;
 * :func:`train_part` — ``local_sgd`` on one part with its own learning rate and step count;
 * :func:`with_head` / :func:`with_body` — a flat model vector with one part replaced;
 * :func:`finetune_evaluate` — fine-tune a flat model on a client's train split, then test
@@ -24,7 +24,7 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData, EvalResult, evaluate_module
+from fedclock.algorithms.base import AlgorithmParams, ClientData, EvalResult, epoch_steps, evaluate_module
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import BatchLoss, ExtraLoss, local_sgd
 
@@ -42,12 +42,6 @@ def part_params(model: nn.Module, part: Part) -> list[nn.Parameter]:
         raise ValueError(f"part must be 'body', 'head' or 'all' (got {part!r})")
     return list(getattr(model, part).parameters())
 
-
-def epoch_steps(num_samples: int, batch_size: int, epochs: float) -> int:
-    """Steps of ``epochs`` passes over ``num_samples`` samples in batches of ``batch_size``
-    (at least one step; the same rounding as :meth:`Algorithm.local_steps`)."""
-    per_epoch = max(1, -(-num_samples // batch_size))
-    return max(1, round(epochs * per_epoch))
 
 
 def with_head(factory: ModelFactory, weights: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
