@@ -197,13 +197,13 @@ class Algorithm(ABC, Generic[P]):
         return self
 
     # ------------------------------------------------------------------ hooks
-    @abstractmethod
     def init_server(self, rng: torch.Generator) -> ServerState:
-        """Initial global state."""
+        """Initial global state (default: the model's initial flat weights under ``"weights"``)."""
+        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
 
-    @abstractmethod
     def payload_for(self, state: ServerState, client: int) -> Tensors:
-        """What the server sends to ``client``."""
+        """What the server sends to ``client`` (default: the global ``"weights"``)."""
+        return {"weights": state.tensors["weights"]}
 
     @abstractmethod
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,

@@ -66,12 +66,6 @@ class FedAsync(Algorithm[FedAsyncParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
 
-    def init_server(self, rng: torch.Generator) -> ServerState:
-        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
-
-    def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"]}
-
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]

@@ -65,9 +65,6 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedAvgParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
 
-    def init_server(self, rng: torch.Generator) -> ServerState:
-        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
-
     def payload_for(self, state: ServerState, client: int) -> Tensors:
         return {"weights": state.tensors["weights"], **round_payload(self.params, state.version)}
 

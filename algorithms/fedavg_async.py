@@ -39,12 +39,6 @@ class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedAvgAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
 
-    def init_server(self, rng: torch.Generator) -> ServerState:
-        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
-
-    def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"]}
-
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         local, metrics = train_from(self, payload["weights"], data, rng)

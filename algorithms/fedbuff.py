@@ -61,9 +61,6 @@ class FedBuff(Algorithm[FedBuffParams]):
         return ServerState(tensors={"weights": weights, "buffer": torch.zeros_like(weights)},
                            extra={"buffered": 0})
 
-    def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"]}
-
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
