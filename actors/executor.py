@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from fedclock.algorithms.base import Algorithm, ClientData, EvalResult, Tensors
+from fedclock.algorithms.base import Algorithm, ClientData, EvalResult, ServerState, Tensors
 from fedclock.scenarios.federation import Federation
 from fedclock.scheduling.rng import Stream, torch_rng
 
@@ -52,6 +52,13 @@ class ClientExecutor:
         done = result.steps if result.steps is not None else metrics.get("steps")
         metrics["steps"] = float(self.algorithm.task_steps(data) if done is None else done)
         return result.upload, result.state, metrics
+
+    def evaluate_global(self, state: ServerState, start: int, stop: int, batch_size: int) -> EvalResult:
+        """The global model (per the algorithm) on samples ``start:stop`` of the global test set."""
+        assert self.algorithm is not None and self.federation is not None, "executor used before setup()"
+        fed = self.federation
+        return self.algorithm.evaluate_global(state, fed.x_test[start:stop].to(self.device),
+                                              fed.y_test[start:stop].to(self.device), batch_size)
 
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:

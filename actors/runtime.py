@@ -120,6 +120,10 @@ class ActorLost(Exception):
 MAX_TASK_RETRIES = 3
 """How many times one client task is re-run on a fresh executor before the run gives up."""
 
+GLOBAL_EVAL_CHUNK = 512
+"""Global-test-set samples per evaluation chunk (a constant, so the summed results do not
+depend on how many executors share the chunks)."""
+
 
 def default_num_actors(cfg: RuntimeConfig, num_clients: int, cpus: float) -> int:
     """Dedicated: one per client; otherwise as many as the CPUs fit (at least one)."""
@@ -231,17 +235,17 @@ class Runtime:
                 executors[slot] = self._respawn(cfg, slot, setup)
         server = self._server_actor(cfg)
         try:
-            t.get(t.call(server, "setup", alg_h, federation.x_test, federation.y_test, seed))
+            t.get(t.call(server, "setup", alg_h, seed))
         except Exception as exc:  # a server that died in an earlier run: this run starts a fresh one
             if t.lost_actor(exc) is None:
                 raise
             self._server = None
             server = self._server_actor(cfg)
-            t.get(t.call(server, "setup", alg_h, federation.x_test, federation.y_test, seed))
+            t.get(t.call(server, "setup", alg_h, seed))
         placement = cfg.placement or ("dedicated" if count == federation.num_clients else "pooled")
         return Session(t, server, executors, placement, federation.num_clients,
                        federation.client_sizes(), algorithm.payload_is_shared, evaluation_batch, personalized,
-                       respawn=lambda slot: self._respawn(cfg, slot, setup))
+                       respawn=lambda slot: self._respawn(cfg, slot, setup), num_test=int(federation.y_test.shape[0]))
 
     def _kill(self, actors: Sequence[Any]) -> None:
         if self.backend == "ray":
@@ -292,8 +296,10 @@ class Session:
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
                  client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
-                 respawn: Callable[[int], Any] | None = None) -> None:
+                 respawn: Callable[[int], Any] | None = None, num_test: int = 0) -> None:
         self.t = transport
+        self.num_test = num_test
+        """Size of the global test set (evaluated in chunks on the executors)."""
         self.server = server
         self.executors = executors
         self.placement = placement
@@ -336,7 +342,7 @@ class Session:
         self._finish(task, keep_state)
 
     def evaluate(self) -> dict[str, float]:
-        g: EvalResult = self._server_get(self.t.call(self.server, "evaluate", self.evaluation_batch))
+        g = self._global()
         out = {"global_accuracy": g.accuracy, "global_loss": g.loss}
         if self.personalized:
             accs = self._personalized()
@@ -411,29 +417,54 @@ class Session:
             self._payload = (self.version, self.t.call(self.server, "payload_for", client))
         return self._payload[1]
 
+    def _global(self) -> EvalResult:
+        """The global model on the global test set, in fixed chunks of
+        :data:`GLOBAL_EVAL_CHUNK` samples spread over the executors (idle at an evaluation in
+        sync mode) and added up in chunk order: the same sums whatever the number of
+        executors, each chunk computed single-threaded as everywhere else."""
+        state = self._server_get(self.t.call(self.server, "current_state"))
+        state_ref = self.t.put(state)
+        slots = list({id(e): i for i, e in enumerate(self.executors)}.values())
+        starts = range(0, self.num_test, GLOBAL_EVAL_CHUNK)
+        work = [(slots[k % len(slots)], (a, min(a + GLOBAL_EVAL_CHUNK, self.num_test))) for k, a in enumerate(starts)]
+        parts: list[EvalResult] = self._on_executors(
+            "global evaluation", work,
+            lambda slot, span: self.t.call(self.executors[slot], "evaluate_global", state_ref, span[0], span[1],
+                                           self.evaluation_batch))
+        total = EvalResult(0.0, 0, 0.0)
+        for part in parts:
+            total = EvalResult(total.correct + part.correct, total.count + part.count, total.loss_sum + part.loss_sum)
+        return total
+
+    def _on_executors(self, what: str, work: list[tuple[int, Any]], call: Any) -> list[Any]:
+        """Run ``call(slot, item)`` for every (slot, item) at once and return the results in
+        order; an item whose executor died is re-run on a fresh one (bounded retries)."""
+        handles = [call(slot, item) for slot, item in work]
+        results: list[Any] = []
+        for (slot, item), handle in zip(work, handles):
+            for tries in range(MAX_TASK_RETRIES + 1):
+                try:
+                    results.append(self.t.get(handle))
+                    break
+                except Exception as exc:
+                    if tries == MAX_TASK_RETRIES and self.t.lost_actor(exc) not in (None, actor_id(self.server)):
+                        raise ActorLost(f"{what}: its executor died {tries + 1} times in a row "
+                                        f"(at most {MAX_TASK_RETRIES} re-runs); see the Ray logs for why the actors "
+                                        f"die") from None
+                    self._replace(slot, exc, what)
+                    handle = call(slot, item)
+        return results
+
     def _personalized(self) -> np.ndarray:
         clients = list(range(self.num_clients))
         payloads = [self._payload_for(c) for c in clients]
         states = [self.client_state.get(c) for c in clients]
         slots = list({id(e): i for i, e in enumerate(self.executors)}.values())
         chunks = [c for c in np.array_split(np.arange(self.num_clients), len(slots)) if len(c)]
-
-        def call(slot: int, chunk: np.ndarray) -> Any:
-            return self.t.call(self.executors[slot], "evaluate", [clients[i] for i in chunk],
-                               [payloads[i] for i in chunk], [states[i] for i in chunk], self.evaluation_batch)
-
-        handles = [call(s, c) for s, c in zip(slots, chunks)]
-        results: list[EvalResult] = []
-        for slot, chunk, handle in zip(slots, chunks, handles):
-            for tries in range(MAX_TASK_RETRIES + 1):
-                try:
-                    results += self.t.get(handle)
-                    break
-                except Exception as exc:
-                    if tries == MAX_TASK_RETRIES and self.t.lost_actor(exc) not in (None, actor_id(self.server)):
-                        raise ActorLost(f"personalized evaluation: its executor died {tries + 1} times in a row "
-                                        f"(at most {MAX_TASK_RETRIES} re-runs); see the Ray logs for why the actors "
-                                        f"die") from None
-                    self._replace(slot, exc, "personalized evaluation")
-                    handle = call(slot, chunk)
+        parts = self._on_executors(
+            "personalized evaluation", list(zip(slots, chunks)),
+            lambda slot, chunk: self.t.call(self.executors[slot], "evaluate", [clients[i] for i in chunk],
+                                            [payloads[i] for i in chunk], [states[i] for i in chunk],
+                                            self.evaluation_batch))
+        results: list[EvalResult] = [r for part in parts for r in part]
         return np.array([r.accuracy for r in results if r.count > 0])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fedclock.algorithms.base import Algorithm, Arrival, EvalResult, ServerState, Tensors
+from fedclock.algorithms.base import Algorithm, Arrival, ServerState, Tensors
 from fedclock.scheduling.rng import Stream, torch_rng
 
 
@@ -14,15 +14,12 @@ class Server:
         torch.set_num_threads(threads)
         self.algorithm: Algorithm | None = None
         self.state: ServerState | None = None
-        self.x_test: torch.Tensor | None = None
-        self.y_test: torch.Tensor | None = None
         self.seed = 0
         self.receives = 0
 
-    def setup(self, algorithm: Algorithm, x_test: torch.Tensor, y_test: torch.Tensor, seed: int) -> int:
+    def setup(self, algorithm: Algorithm, seed: int) -> int:
         """Start a run: initial state from the algorithm; returns the version (0)."""
         self.algorithm = algorithm
-        self.x_test, self.y_test = x_test, y_test
         self.seed = seed
         self.receives = 0
         self.state = algorithm.init_server(torch_rng(seed, Stream.INIT))
@@ -47,12 +44,8 @@ class Server:
         return state.version
 
     def current_state(self) -> ServerState:
-        """The global state (for end-of-run evaluations such as linear evaluation)."""
+        """The global state (global evaluation runs on the executors; end-of-run evaluations
+        such as linear evaluation read it too)."""
         assert self.state is not None, "server used before setup()"
         return self.state
 
-    def evaluate(self, batch_size: int) -> EvalResult:
-        """The global model on the global test set."""
-        assert self.algorithm is not None and self.state is not None, "server used before setup()"
-        assert self.x_test is not None and self.y_test is not None
-        return self.algorithm.evaluate_global(self.state, self.x_test, self.y_test, batch_size)
