@@ -33,32 +33,11 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
 from fedclock.scenarios.federation import Federation
 from fedclock.scenarios.loader import parse_suite
+from proctree import tree_cpu_seconds  # benchmarks/ is the script's folder
 
 BATCH = 48
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(root: int | None = None) -> float:
-    """User + system CPU seconds of ``root`` (default: this process) and its live descendants."""
-    root = os.getpid() if root is None else root
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(name))
-        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / TICKS
-    total, stack = 0.0, [root]
-    while stack:
-        pid = stack.pop()
-        total += cpu.get(pid, 0.0)
-        stack.extend(children.get(pid, []))
-    return total
 LR = 0.05
 
 

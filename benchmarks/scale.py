@@ -19,30 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        rss[pid] = int(fields[21]) * PAGE
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, []))
-    return total
+from proctree import tree_rss  # benchmarks/ is the script's folder
 
 
 def one(clients: int, rounds: int) -> None:
@@ -56,7 +33,7 @@ def one(clients: int, rounds: int) -> None:
 
     def watch() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _tree_rss(os.getpid()))
+            peak[0] = max(peak[0], tree_rss(os.getpid()))
             time.sleep(0.1)
 
     def scenario(n_rounds: int):  # noqa: ANN202
