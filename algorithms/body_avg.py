@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from fedclock.algorithms.base import Algorithm, Arrival, P, ServerState, Tensors
-from fedclock.algorithms.personal import weighted_mean
+from fedclock.algorithms.base import Algorithm, Arrival, ClientData, EvalResult, P, ServerState, Tensors, \
+    evaluate_flat
+from fedclock.algorithms.personal import weighted_mean, with_head
+from fedclock.algorithms.ssl import ObjectiveMixin
 
 
 class BodyAveraging(Algorithm[P]):
-    """Base class: global body + shared initial head on the server, body deltas uploaded."""
-
-    def init_server(self, rng: torch.Generator) -> ServerState:
-        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
-
-    def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"]}
+    """Base class: global body + shared initial head on the server, body deltas uploaded
+    (the server's initial state and payload are :class:`Algorithm`'s defaults: the flat
+    weights)."""
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
@@ -45,3 +43,21 @@ class BodyAveraging(Algorithm[P]):
         """The upload of a client that trained ``start`` into ``local`` (flat models)."""
         body = self.model_factory.body
         return {"body_delta": (local[body] - start.to(local)[body]).clone()}
+
+
+class LocalHeadAveraging(ObjectiveMixin, BodyAveraging[P]):
+    """Body averaging whose clients keep their own head as persistent state (FedPer,
+    FedRep): a client starts from, and is evaluated with, the received body and its own head
+    (the shared initial head before its first task). With a self-supervised objective the
+    head is the projector, so evaluation uses the received encoder's features."""
+
+    def _start(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
+        w = payload["weights"]
+        return w if client_state is None else with_head(self.model_factory, w, client_state["head"])
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        if self.ssl:
+            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
+        return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
+                             data.x_test, data.y_test, batch_size)

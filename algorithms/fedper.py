@@ -5,11 +5,10 @@ from typing import ClassVar
 
 import torch
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
-    evaluate_flat
-from fedclock.algorithms.body_avg import BodyAveraging
-from fedclock.algorithms.personal import train_part, with_head
-from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.body_avg import LocalHeadAveraging
+from fedclock.algorithms.personal import train_part
+from fedclock.algorithms.ssl import ObjectiveParams
 
 
 class FedPerParams(ObjectiveParams):
@@ -17,7 +16,7 @@ class FedPerParams(ObjectiveParams):
     SimSiam of :mod:`fedclock.algorithms.ssl`)."""
 
 
-class FedPer(ObjectiveMixin, BodyAveraging[FedPerParams]):
+class FedPer(LocalHeadAveraging[FedPerParams]):
     """FedPer.
 
     Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
@@ -46,10 +45,6 @@ class FedPer(ObjectiveMixin, BodyAveraging[FedPerParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedPerParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
 
-    def _start(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
-        w = payload["weights"]
-        return w if client_state is None else with_head(self.model_factory, w, client_state["head"])
-
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = self._start(payload, client_state)
@@ -58,13 +53,6 @@ class FedPer(ObjectiveMixin, BodyAveraging[FedPerParams]):
         return ClientResult(upload=self.body_upload(local, payload["weights"]),
                             state={"head": local[self.model_factory.head].clone()}, num_samples=data.num_train,
                             metrics=metrics)
-
-    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                        batch_size: int) -> EvalResult:
-        if self.ssl:
-            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
-        return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
-                             data.x_test, data.y_test, batch_size)
 
     def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                     rng: torch.Generator) -> torch.Tensor:

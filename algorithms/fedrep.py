@@ -6,11 +6,10 @@ from typing import ClassVar
 import torch
 from pydantic import Field
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
-    evaluate_flat
-from fedclock.algorithms.body_avg import BodyAveraging
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.body_avg import LocalHeadAveraging
 from fedclock.algorithms.personal import epoch_steps, train_part, with_body, with_head
-from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
+from fedclock.algorithms.ssl import ObjectiveParams
 
 
 class FedRepParams(ObjectiveParams):
@@ -21,7 +20,7 @@ class FedRepParams(ObjectiveParams):
                                "fixed (the FedReCo paper's setup: 1)")
 
 
-class FedRep(ObjectiveMixin, BodyAveraging[FedRepParams]):
+class FedRep(LocalHeadAveraging[FedRepParams]):
     """FedRep.
 
     Collins, Hassani, Mokhtari, Shakkottai, "Exploiting Shared Representations for
@@ -60,10 +59,6 @@ class FedRep(ObjectiveMixin, BodyAveraging[FedRepParams]):
     def _head_steps(self, n: int) -> int:
         return epoch_steps(n, self.params.batch_size, self.params.head_epochs)
 
-    def _start(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
-        w = payload["weights"]
-        return w if client_state is None else with_head(self.model_factory, w, client_state["head"])
-
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = self._start(payload, client_state)
@@ -77,13 +72,6 @@ class FedRep(ObjectiveMixin, BodyAveraging[FedRepParams]):
                             state={"head": local[f.head].clone()}, num_samples=n,
                             metrics={"head_loss": m_head["train_loss"], "train_loss": m_body["train_loss"],
                                      "steps": m_head["steps"] + m_body["steps"]})
-
-    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                        batch_size: int) -> EvalResult:
-        if self.ssl:
-            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
-        return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
-                             data.x_test, data.y_test, batch_size)
 
     def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                     rng: torch.Generator) -> torch.Tensor:
