@@ -6,9 +6,8 @@ from typing import ClassVar
 from pydantic import Field
 
 from fedclock.algorithms.base import AlgorithmParams
-from fedclock.algorithms.momentum import SAM_HYPERBOLIC_COST, ClientMomentum
-from fedclock.algorithms.mofedsam import MoFedSAMParams
-from fedclock.algorithms.sam import SAM_SAMPLE_COST
+from fedclock.algorithms.momentum import SAM_HYPERBOLIC_COST
+from fedclock.algorithms.mofedsam import MoFedSAM, MoFedSAMParams
 
 _PAPER = "Federated Learning with Manifold Regularization and Normalized Update Reaggregation, NeurIPS 2023"
 
@@ -25,7 +24,7 @@ class FedMRURParams(MoFedSAMParams):
                                 "sigma, max_exponent)), so R <= e^5 and its gradient stays bounded")
 
 
-class FedMRUR(ClientMomentum):
+class FedMRUR(MoFedSAM):
     """FedMRUR: manifold regularization and normalized update reaggregation.
 
     "Federated Learning with Manifold Regularization and Normalized Update Reaggregation",
@@ -63,34 +62,26 @@ class FedMRUR(ClientMomentum):
     paper: ClassVar[str] = _PAPER
     Params: ClassVar[type[AlgorithmParams]] = FedMRURParams
     sample_cost: ClassVar[float] = SAM_HYPERBOLIC_COST
-    use_sam: ClassVar[bool] = True
     normalized: ClassVar[bool] = True
     hyperbolic: ClassVar[bool] = True
 
 
-class FedMRURN(ClientMomentum):
+class FedMRURN(MoFedSAM):
     """FedMRUR-N, the paper's ablation with the normalized aggregation only: MoFedSAM local
-    steps (no manifold regularizer) and FedMRUR's normalized aggregation on the server.
-    See :class:`FedMRUR`."""
+    steps (no manifold regularizer; MoFedSAM's parameters and sample cost) and FedMRUR's
+    normalized aggregation on the server. See :class:`FedMRUR`."""
 
     name: ClassVar[str] = "fedmrur_n"
     summary: ClassVar[str] = "FedMRUR ablation: MoFedSAM + normalized aggregation (no regularizer)"
     paper: ClassVar[str] = _PAPER
-    Params: ClassVar[type[AlgorithmParams]] = MoFedSAMParams
-    sample_cost: ClassVar[float] = SAM_SAMPLE_COST
-    use_sam: ClassVar[bool] = True
     normalized: ClassVar[bool] = True
 
 
-class FedMRURH(ClientMomentum):
+class FedMRURH(FedMRUR):
     """FedMRUR-H, the paper's ablation with the hyperbolic regularizer only: FedMRUR's local
-    objective and steps, and the plain mean (MoFedSAM's aggregation) on the server.
+    objective, parameters and steps, and the plain mean (MoFedSAM's aggregation) on the server.
     See :class:`FedMRUR`."""
 
     name: ClassVar[str] = "fedmrur_h"
     summary: ClassVar[str] = "FedMRUR ablation: MoFedSAM + hyperbolic regularizer (plain aggregation)"
-    paper: ClassVar[str] = _PAPER
-    Params: ClassVar[type[AlgorithmParams]] = FedMRURParams
-    sample_cost: ClassVar[float] = SAM_HYPERBOLIC_COST
-    use_sam: ClassVar[bool] = True
-    hyperbolic: ClassVar[bool] = True
+    normalized: ClassVar[bool] = False
