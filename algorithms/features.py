@@ -2,6 +2,9 @@
 
 * :func:`feature_dim`: the width of the body's output h(x; u) for a model factory;
 * :func:`join_parts`: a flat weight vector from a body part and a head part;
+* :func:`body_and_head_upload` / :func:`mean_body_and_head`: the upload of a client that
+  sends its body's change and its trained head, and the server's sample-weighted fold of a
+  cohort of them (FedCR, FedPAC);
 * :func:`class_feature_stats`: per-class counts, sums and sums of squared norms of a
   feature map over a data set, computed without gradients in fixed-size chunks;
 """
@@ -12,6 +15,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from fedclock.algorithms.base import Arrival
 from fedclock.algorithms.models import ModelFactory
 
 
@@ -32,6 +36,28 @@ def join_parts(factory: ModelFactory, body: torch.Tensor, head: torch.Tensor) ->
     flat[factory.body] = body.detach().to(device="cpu", dtype=torch.float32)
     flat[factory.head] = head.detach().to(device="cpu", dtype=torch.float32)
     return flat
+
+
+def body_and_head_upload(factory: ModelFactory, local: torch.Tensor, body0: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The upload of a client that trained the flat weights ``local`` from the received body
+    ``body0``: ``"body_delta"`` (its body minus ``body0``) and ``"head"`` (a copy of its head,
+    which the client also keeps as its own)."""
+    return {"body_delta": local[factory.body] - body0.to(local.device), "head": local[factory.head].clone()}
+
+
+def mean_body_and_head(factory: ModelFactory, weights: torch.Tensor, arrivals: list[Arrival]) -> torch.Tensor:
+    """The flat weights after a cohort of :func:`body_and_head_upload` uploads: body
+    ``u + sum_j (n_j / n) Delta_j`` (``u`` the body of ``weights``) and head
+    ``sum_j (n_j / n) v_j``, the sample-weighted mean of the uploaded heads (equal weights
+    when no arrival has samples). ``arrivals`` must not be empty."""
+    total = sum(a.num_samples for a in arrivals)
+    body = weights[factory.body].clone()
+    head = torch.zeros_like(weights[factory.head])
+    for a in arrivals:
+        coef = a.num_samples / total if total > 0 else 1.0 / len(arrivals)
+        body.add_(a.upload["body_delta"].to(body), alpha=coef)
+        head.add_(a.upload["head"].to(head), alpha=coef)
+    return join_parts(factory, body, head)
 
 
 @torch.no_grad()

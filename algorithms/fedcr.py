@@ -12,7 +12,8 @@ from torch import nn
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
     ServerState, Tensors, evaluate_flat
-from fedclock.algorithms.features import FORWARD_ONLY_COST, class_feature_stats, join_parts
+from fedclock.algorithms.features import FORWARD_ONLY_COST, body_and_head_upload, class_feature_stats, join_parts, \
+    mean_body_and_head
 from fedclock.algorithms.models import FedModel, ModelFactory
 from fedclock.algorithms.training import local_sgd
 
@@ -232,26 +233,16 @@ class FedCR(Algorithm[FedCRParams]):
         local, metrics = local_sgd(model, factory, start, data, p, rng, self.task_steps(data),
                                    loss_fn=loss_fn)
         counts, sum_mu, sum_sq = self.class_statistics(data)
-        head = local[factory.head].clone()
-        upload = {"body_delta": local[factory.body] - body0.to(local.device), "head": head,
-                  "counts": counts.to(torch.float32), "sum_mu": sum_mu.to(torch.float32),
-                  "sum_sq": sum_sq.to(torch.float32)}
-        return ClientResult(upload=upload, state={"head": head}, num_samples=data.num_train, metrics=metrics)
+        upload = {**body_and_head_upload(factory, local, body0), "counts": counts.to(torch.float32),
+                  "sum_mu": sum_mu.to(torch.float32), "sum_sq": sum_sq.to(torch.float32)}
+        return ClientResult(upload=upload, state={"head": upload["head"]}, num_samples=data.num_train,
+                            metrics=metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
         if not arrivals:
             return state, False
-        f = self.model_factory
-        weights = state.tensors["weights"]
-        total = sum(a.num_samples for a in arrivals)
-        body = weights[f.body].clone()
-        head = torch.zeros_like(weights[f.head])
-        for a in arrivals:
-            coef = a.num_samples / total if total > 0 else 1.0 / len(arrivals)
-            body.add_(a.upload["body_delta"].to(body), alpha=coef)
-            head.add_(a.upload["head"].to(head), alpha=coef)
-
+        weights = mean_body_and_head(self.model_factory, state.tensors["weights"], arrivals)
         counts = sum(a.upload["counts"].to(torch.float64) for a in arrivals)
         sum_mu = sum(a.upload["sum_mu"].to(torch.float64) for a in arrivals)
         sum_sq = sum(a.upload["sum_sq"].to(torch.float64) for a in arrivals)
@@ -264,8 +255,7 @@ class FedCR(Algorithm[FedCRParams]):
         prior_std = state.tensors["prior_std"].clone()
         prior_mean[seen] = ((1 - rate) * prior_mean[seen].to(torch.float64) + rate * mean[seen]).to(prior_mean.dtype)
         prior_std[seen] = ((1 - rate) * prior_std[seen].to(torch.float64) + rate * std[seen]).to(prior_std.dtype)
-        tensors = {**state.tensors, "weights": join_parts(f, body, head), "prior_mean": prior_mean,
-                   "prior_std": prior_std}
+        tensors = {**state.tensors, "weights": weights, "prior_mean": prior_mean, "prior_std": prior_std}
         return ServerState(tensors=tensors, version=state.version + 1, extra=dict(state.extra)), True
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,

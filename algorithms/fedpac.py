@@ -11,7 +11,8 @@ from torch import nn
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
     ServerState, Tensors, epoch_steps, evaluate_flat
-from fedclock.algorithms.features import FORWARD_ONLY_COST, class_feature_stats, feature_dim, join_parts
+from fedclock.algorithms.features import FORWARD_ONLY_COST, body_and_head_upload, class_feature_stats, feature_dim, \
+    join_parts, mean_body_and_head
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.simplex_qp import solve_simplex_qp
 from fedclock.algorithms.training import local_sgd
@@ -222,29 +223,19 @@ class FedPAC(Algorithm[FedPACParams]):
         local, m_body = local_sgd(model, factory, after_head, data, p, rng, self.local_steps(n), loss_fn=loss_fn,
                                   trainable=list(model.body.parameters()))
         counts, means, _ = self.feature_statistics(data)
-        head = local[factory.head].clone()
-        upload = {"body_delta": local[factory.body] - body0.to(local.device), "head": head,
-                  "means": means.to(torch.float32), "counts": counts.to(torch.float32),
-                  "h_stats": h_stats.to(torch.float32), "v_stat": v_stat.to(torch.float32)}
+        upload = {**body_and_head_upload(factory, local, body0), "means": means.to(torch.float32),
+                  "counts": counts.to(torch.float32), "h_stats": h_stats.to(torch.float32),
+                  "v_stat": v_stat.to(torch.float32)}
         metrics = {"head_loss": m_head["train_loss"], "train_loss": m_body["train_loss"],
                    "steps": m_head["steps"] + m_body["steps"]}
-        return ClientResult(upload=upload, state={"head": head}, num_samples=n, metrics=metrics)
+        return ClientResult(upload=upload, state={"head": upload["head"]}, num_samples=n, metrics=metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
         if not arrivals:
             return state, False
-        factory = self.model_factory
-        weights = state.tensors["weights"]
-        total = sum(a.num_samples for a in arrivals)
-        coefs = [a.num_samples / total if total > 0 else 1.0 / len(arrivals) for a in arrivals]
-        body = weights[factory.body].clone()
-        head = torch.zeros_like(weights[factory.head])
-        for a, coef in zip(arrivals, coefs):
-            body.add_(a.upload["body_delta"].to(body), alpha=coef)
-            head.add_(a.upload["head"].to(head), alpha=coef)
         tensors = dict(state.tensors)
-        tensors["weights"] = join_parts(factory, body, head)
+        tensors["weights"] = mean_body_and_head(self.model_factory, state.tensors["weights"], arrivals)
 
         counts = torch.stack([a.upload["counts"].to(torch.float64) for a in arrivals])  # (m, C)
         means = torch.stack([a.upload["means"].to(torch.float64) for a in arrivals])  # (m, C, d)
