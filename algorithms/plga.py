@@ -2,7 +2,6 @@
 (PLGA) stage-wise personalized models."""
 from __future__ import annotations
 
-from functools import cached_property
 from typing import ClassVar, Literal
 
 import torch
@@ -10,7 +9,7 @@ from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.similarity import cosine, leap_weight, model_stages
+from fedclock.algorithms.similarity import ModelStages, cosine, leap_weight
 from fedclock.algorithms.spfl import SPFL_PAPER
 from fedclock.algorithms.training import train_from
 
@@ -32,7 +31,7 @@ def _hist(version: int) -> str:
     return f"hist{version}"
 
 
-class LGA(Algorithm[PLGAParams]):
+class LGA(ModelStages, Algorithm[PLGAParams]):
     """Leap Gradient Approximation (LGA), the non-personalized part of PLGA.
 
     Xie et al., "Personalized Heterogeneous Federated Learning with Gradient Similarity"
@@ -63,11 +62,6 @@ class LGA(Algorithm[PLGAParams]):
     Params: ClassVar[type[AlgorithmParams]] = PLGAParams
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
     personalize: ClassVar[bool] = False
-
-    @cached_property
-    def stages(self) -> dict[str, torch.Tensor]:
-        """Flat indices of each stage (see :func:`model_stages`)."""
-        return model_stages(self.model_factory)
 
     def init_server(self, rng: torch.Generator) -> ServerState:
         w0 = self.model_factory.initial_weights(rng)

@@ -1,4 +1,5 @@
-"""Gradient-similarity helpers of the SPFL/PLGA family (pure tensor functions).
+"""Gradient-similarity helpers of the SPFL/PLGA family (pure tensor functions, and the
+:class:`ModelStages` mixin that gives an algorithm its model's stages).
 
 * :func:`stage_cosines`: per stage, the cosine similarity matrix of clients' updates
   ``S_s(i, j) = cos(g_i^s, g_j^s)`` (SPFL's raw similarity);
@@ -10,6 +11,7 @@ A zero vector has cosine 0 with everything (no direction, no similarity).
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -60,3 +62,15 @@ def model_stages(factory: "ModelFactory") -> dict[str, torch.Tensor]:
     if not bool(covered.all()):
         stages["_rest"] = torch.nonzero(~covered).reshape(-1)
     return stages
+
+
+class ModelStages:
+    """Mixin of the SPFL/PLGA algorithms: ``stages``, the flat indices of each stage of the
+    algorithm's model (:func:`model_stages`), computed once per instance."""
+
+    model_factory: "ModelFactory"
+
+    @cached_property
+    def stages(self) -> dict[str, torch.Tensor]:
+        """Flat indices of each stage (see :func:`model_stages`)."""
+        return model_stages(self.model_factory)

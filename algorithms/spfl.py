@@ -2,7 +2,6 @@
 similarity (SNGS) per model stage."""
 from __future__ import annotations
 
-from functools import cached_property
 from typing import ClassVar
 
 import torch
@@ -10,7 +9,7 @@ from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
     ServerState, Tensors, evaluate_flat
-from fedclock.algorithms.similarity import model_stages, row_softmax, stage_cosines
+from fedclock.algorithms.similarity import ModelStages, row_softmax, stage_cosines
 from fedclock.algorithms.training import local_sgd
 
 SPFL_PAPER = ("Xie, Yin, Zhang, Chen, Wen, Yang, Mo, Personalized Heterogeneous Federated Learning with Gradient "
@@ -37,7 +36,7 @@ def _model_key(client: int) -> str:
     return f"model{client}"
 
 
-class SPFL(Algorithm[SPFLParams]):
+class SPFL(ModelStages, Algorithm[SPFLParams]):
     """Subclass Personalized FL (SPFL).
 
     Xie et al., "Personalized Heterogeneous Federated Learning with Gradient Similarity"
@@ -81,12 +80,6 @@ class SPFL(Algorithm[SPFLParams]):
     """ClientUpdate's step in units of beta."""
     fuse_weights: ClassVar[bool] = False
     """SPFL-w: fuse the clients' trained weights instead of their updates."""
-
-    # ------------------------------------------------------------------ layout
-    @cached_property
-    def stages(self) -> dict[str, torch.Tensor]:
-        """Flat indices of each stage (see :func:`model_stages`)."""
-        return model_stages(self.model_factory)
 
     # ------------------------------------------------------------------ state helpers
     @staticmethod
