@@ -9,7 +9,7 @@ from pydantic import Field
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
     evaluate_flat
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
-from fedclock.algorithms.training import local_sgd, proximal_loss, train_from
+from fedclock.algorithms.training import delta_result, local_sgd, proximal_loss, train_from
 
 
 class DittoParams(FedAvgParams):
@@ -68,8 +68,7 @@ class Ditto(FedAvg):
                                          self._personal_steps(data.num_train), pull,
                                          loss_fn=self.objective_loss(rng))
         metrics = {**metrics, "personal_loss": m_personal["train_loss"]}
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state={"personal": personal},
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, {"personal": personal}, data, metrics)
 
     def _personal(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
         return payload["weights"] if client_state is None else client_state["personal"]

@@ -11,7 +11,7 @@ from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, Client
 from fedclock.algorithms.schedules import ScheduleParams, decayed, params_for_round, payload_round, round_bytes, \
     round_payload
 from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
-from fedclock.algorithms.training import local_sgd
+from fedclock.algorithms.training import delta_result, local_sgd
 
 
 class FedAvgParams(ScheduleParams, ObjectiveParams):
@@ -88,8 +88,7 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         local, metrics = self.local_train(payload, data, rng, loss_fn=self.objective_loss(rng))
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.training import train_from
+from fedclock.algorithms.training import delta_result, train_from
 
 
 def staleness_weight(staleness: int, enabled: bool) -> float:
@@ -65,8 +65,7 @@ class FedBuff(Algorithm[FedBuffParams]):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         local, metrics = train_from(self, start, data, rng)
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -10,7 +10,7 @@ from pydantic import Field
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
 from fedclock.algorithms.fedavg import arrival_steps
-from fedclock.algorithms.training import train_from
+from fedclock.algorithms.training import delta_result, train_from
 
 
 def normalizer(steps: int, momentum: float) -> float:
@@ -78,8 +78,7 @@ class FedNova(Algorithm[FedNovaParams]):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         local, metrics = train_from(self, start, data, rng)
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics, steps=int(metrics["steps"]))
+        return delta_result(local, start, client_state, data, metrics, steps=int(metrics["steps"]))
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
-from fedclock.algorithms.training import proximal_loss
+from fedclock.algorithms.training import delta_result, proximal_loss
 
 
 class FedProxParams(FedAvgParams):
@@ -46,5 +46,4 @@ class FedProx(FedAvg):
         start = payload["weights"]
         extra = proximal_loss(start, self.params.mu, self.workspace) if self.params.mu > 0 else None
         local, metrics = self.local_train(payload, data, rng, extra_loss=extra, loss_fn=self.objective_loss(rng))
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, client_state, data, metrics)

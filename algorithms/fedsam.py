@@ -8,6 +8,7 @@ import torch
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.sam import SAM_SAMPLE_COST, rho_field, sam_grad_fn
+from fedclock.algorithms.training import delta_result
 
 
 class FedSAMParams(FedAvgParams):
@@ -40,5 +41,4 @@ class FedSAM(FedAvg):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         local, metrics = self.local_train(payload, data, rng, grad_fn=sam_grad_fn(self.params.rho))
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, client_state, data, metrics)

@@ -12,7 +12,7 @@ from torch.func import functional_call
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, evaluate_flat
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
-from fedclock.algorithms.training import batches, local_sgd
+from fedclock.algorithms.training import batches, delta_result, local_sgd
 
 
 class PerFedAvgParams(FedAvgParams):
@@ -106,8 +106,7 @@ class PerFedAvg(FedAvg):
         start = payload["weights"]
         local, metrics = local_sgd(self.workspace, self.model_factory, start, data, params, rng,
                                    self.task_steps(data), loss_fn=loss_fn, grad_fn=grad_fn)
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, client_state, data, metrics)
 
     def adapt(self, weights: torch.Tensor, data: ClientData) -> torch.Tensor:
         """One step ``w - alpha grad f(w; batch)`` on a train batch seeded by the client id."""

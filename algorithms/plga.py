@@ -11,7 +11,7 @@ from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, Client
     Tensors
 from fedclock.algorithms.similarity import ModelStages, cosine, leap_weight
 from fedclock.algorithms.spfl import SPFL_PAPER
-from fedclock.algorithms.training import train_from
+from fedclock.algorithms.training import delta_result, train_from
 
 
 class PLGAParams(AlgorithmParams):
@@ -74,8 +74,7 @@ class LGA(ModelStages, Algorithm[PLGAParams]):
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         local, metrics = train_from(self, start, data, rng)
-        return ClientResult(upload={"delta": local - start.to(local.device)}, state=client_state,
-                            num_samples=data.num_train, metrics=metrics)
+        return delta_result(local, start, client_state, data, metrics)
 
     def leap(self, w_t0: torch.Tensor, w_t1: torch.Tensor, w_tau: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
         """The approximated straggler model ``w_k^{tau}`` (eq. 10 or 11)."""

@@ -16,7 +16,8 @@ through keyword hooks instead of copying the loop:
 
 Batches (see :func:`batches`) are drawn from consecutive random permutations of the train
 indices, so the same generator state always gives the same batches, the same steps and
-the same weights on the same device.
+the same weights on the same device. :func:`train_from` is the common client step of the
+baselines, and :func:`delta_result` the result of a task that uploads its model's change.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
 from fedclock.algorithms.models import ModelFactory
 
 if TYPE_CHECKING:
@@ -186,3 +187,11 @@ def train_from(algorithm: Algorithm, start_weights: torch.Tensor, data: ClientDa
     ``loss_fn`` replaces the batch loss (e.g. ``algorithm.objective_loss(rng)``)."""
     return local_sgd(algorithm.workspace, algorithm.model_factory, start_weights, data, algorithm.params, rng,
                      algorithm.task_steps(data), extra_loss, loss_fn=loss_fn)
+
+
+def delta_result(local: torch.Tensor, start: torch.Tensor, state: Tensors | None, data: ClientData,
+                 metrics: dict[str, float], steps: int | None = None) -> ClientResult:
+    """The result of a task that trained the received weights ``start`` into ``local`` and
+    uploads the change, ``"delta" = local - start``; ``state`` is what the client keeps."""
+    return ClientResult(upload={"delta": local - start.to(local.device)}, state=state, num_samples=data.num_train,
+                        metrics=metrics, steps=steps)
