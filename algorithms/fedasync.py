@@ -8,7 +8,7 @@ from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.training import proximal_loss, train_from
+from fedclock.algorithms.training import model_result, proximal_loss, train_from
 
 StalenessFn = Literal["constant", "polynomial", "hinge"]
 
@@ -71,8 +71,7 @@ class FedAsync(Algorithm[FedAsyncParams]):
         start = payload["weights"]
         extra = proximal_loss(start, self.params.rho, self.workspace) if self.params.rho > 0 else None
         local, metrics = train_from(self, start, data, rng, extra_loss=extra)
-        return ClientResult(upload={"weights": local}, state=client_state, num_samples=data.num_train,
-                            metrics=metrics)
+        return model_result(local, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -7,7 +7,7 @@ import torch
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.training import train_from
+from fedclock.algorithms.training import model_result, train_from
 
 
 class FedAvgAsyncParams(AlgorithmParams):
@@ -42,8 +42,7 @@ class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         local, metrics = train_from(self, payload["weights"], data, rng)
-        return ClientResult(upload={"weights": local}, state=client_state, num_samples=data.num_train,
-                            metrics=metrics)
+        return model_result(local, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

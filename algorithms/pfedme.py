@@ -9,7 +9,7 @@ from torch import nn
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
     ServerState, Tensors, evaluate_flat
-from fedclock.algorithms.training import local_sgd
+from fedclock.algorithms.training import local_sgd, model_result
 
 
 class PFedMeParams(AlgorithmParams):
@@ -83,8 +83,7 @@ class PFedMe(Algorithm[PFedMeParams]):
         theta: list[torch.Tensor] = []
         local, metrics = local_sgd(self.workspace, self.model_factory, payload["weights"], data, self.params, rng,
                                    self.task_steps(data), grad_fn=self.prox_grad_fn(theta))
-        return ClientResult(upload={"weights": local}, state={"theta": theta[0]}, num_samples=data.num_train,
-                            metrics=metrics)
+        return model_result(local, {"theta": theta[0]}, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -17,7 +17,8 @@ through keyword hooks instead of copying the loop:
 Batches (see :func:`batches`) are drawn from consecutive random permutations of the train
 indices, so the same generator state always gives the same batches, the same steps and
 the same weights on the same device. :func:`train_from` is the common client step of the
-baselines, and :func:`delta_result` the result of a task that uploads its model's change.
+baselines; :func:`delta_result` and :func:`model_result` build the result of a task that
+uploads its model's change or its trained model.
 """
 from __future__ import annotations
 
@@ -195,3 +196,10 @@ def delta_result(local: torch.Tensor, start: torch.Tensor, state: Tensors | None
     uploads the change, ``"delta" = local - start``; ``state`` is what the client keeps."""
     return ClientResult(upload={"delta": local - start.to(local.device)}, state=state, num_samples=data.num_train,
                         metrics=metrics, steps=steps)
+
+
+def model_result(local: torch.Tensor, state: Tensors | None, data: ClientData,
+                 metrics: dict[str, float]) -> ClientResult:
+    """The result of a task that uploads its trained model itself, ``"weights" = local``;
+    ``state`` is what the client keeps."""
+    return ClientResult(upload={"weights": local}, state=state, num_samples=data.num_train, metrics=metrics)
