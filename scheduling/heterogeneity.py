@@ -42,6 +42,16 @@ def steps_for_share(share: float, full: int) -> int:
     return min(full, max(1, math.floor(share * full + 1e-9)))
 
 
+def fixed_steps(cfg: CompletenessConfig, full: int) -> int | None:
+    """The steps of a completeness that draws nothing and needs no timing: ``full`` for full
+    work, :func:`steps_for_share` of a fixed share; None for the other kinds."""
+    if isinstance(cfg, FullWork):
+        return full
+    if isinstance(cfg, FixedFraction):
+        return steps_for_share(cfg.value, full)
+    return None
+
+
 def steps_within(budget_s: float, full: int, duration: Duration) -> int:
     """The most steps in ``0..full`` whose task ``duration(steps)`` is at most ``budget_s``
     (0 when even the transfers do not fit). Exact with respect to ``duration``: the answer
@@ -104,10 +114,9 @@ class WorkAndLinks:
         """Local steps task ``client_task`` of ``client`` runs, out of the algorithm's
         ``full`` count; ``duration(steps)`` gives the task's total virtual seconds."""
         cfg = self.completeness(client)
-        if isinstance(cfg, FullWork):
-            return full
-        if isinstance(cfg, FixedFraction):
-            return steps_for_share(cfg.value, full)
+        fixed = fixed_steps(cfg, full)
+        if fixed is not None:
+            return fixed
         if isinstance(cfg, RandomFraction):
             if cfg.per == "client":
                 share = self._client_share.get(client)
@@ -127,10 +136,9 @@ class WorkAndLinks:
     def fewest_steps(self, client: int, full: int) -> int:
         """A lower bound on the steps any task of ``client`` runs."""
         cfg = self.completeness(client)
-        if isinstance(cfg, FullWork):
-            return full
-        if isinstance(cfg, FixedFraction):
-            return steps_for_share(cfg.value, full)
+        fixed = fixed_steps(cfg, full)
+        if fixed is not None:
+            return fixed
         if isinstance(cfg, RandomFraction):
             return 1
         return 0
