@@ -68,22 +68,32 @@ def _conv_out(side: int, pools: int) -> int:
     return side
 
 
+def conv_pool_body(input_shape: Sequence[int], channels: tuple[int, int], widths: Sequence[int]) -> nn.Sequential:
+    """The body of the classic two-convolution CNNs: two blocks of 5x5 convolution (padding
+    2, so small inputs such as 8x8 digits fit) + ReLU + 2x2 max-pool with ``channels`` output
+    channels, flatten, then one FC + ReLU layer per entry of ``widths``. Layers are created in
+    that order (the seeded initialization depends on it); the convolutions are ``body.0`` and
+    ``body.3``, the FC layers ``body.7``, ``body.9``, ..."""
+    in_channels, height, width = (int(d) for d in input_shape)
+    layers: list[nn.Module] = [
+        nn.Conv2d(in_channels, channels[0], 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels[0], channels[1], 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+    ]
+    size = channels[1] * _conv_out(height, 2) * _conv_out(width, 2)
+    for w in widths:
+        layers += [nn.Linear(size, w), nn.ReLU()]
+        size = w
+    return nn.Sequential(*layers)
+
+
 class CNN5(FedModel):
     """The 5-layer CNN of the FedReCo paper: conv 5x5 (32) + 2x2 max-pool, conv 5x5 (64) +
     2x2 max-pool, FC 1024, FC 1024 (the body: the first four layers), linear head.
     Convolutions use padding 2 so the network also fits small inputs (8x8 digits)."""
 
     def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
-        channels, height, width = (int(d) for d in input_shape)
-        flat = 64 * _conv_out(height, 2) * _conv_out(width, 2)
-        body = nn.Sequential(
-            nn.Conv2d(channels, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(flat, 1024), nn.ReLU(),
-            nn.Linear(1024, 1024), nn.ReLU(),
-        )
-        super().__init__(body, nn.Linear(1024, num_classes),
+        super().__init__(conv_pool_body(input_shape, (32, 64), (1024, 1024)), nn.Linear(1024, num_classes),
                          {"conv": ("body.0.", "body.3."), "fc": ("body.7.", "body.9.", "head.")})
 
 
@@ -93,15 +103,7 @@ class SPFLCNN(FedModel):
     ``conv`` (both conv layers) and ``fc`` (both FC layers), the paper's S = 2."""
 
     def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
-        channels, height, width = (int(d) for d in input_shape)
-        flat = 50 * _conv_out(height, 2) * _conv_out(width, 2)
-        body = nn.Sequential(
-            nn.Conv2d(channels, 20, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(20, 50, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(flat, 512), nn.ReLU(),
-        )
-        super().__init__(body, nn.Linear(512, num_classes),
+        super().__init__(conv_pool_body(input_shape, (20, 50), (512,)), nn.Linear(512, num_classes),
                          {"conv": ("body.0.", "body.3."), "fc": ("body.7.", "head.")})
 
 
