@@ -107,6 +107,26 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
                            extra=dict(state.extra)), True
 
 
+class FedAvgWithServerVector(FedAvg):
+    """Base of FedAvg variants (not registered itself) whose server also holds one
+    model-sized vector, zero at start and named ``server_vector`` in the state, that goes
+    down with the weights in every payload (so the download is twice the model): SCAFFOLD's
+    server control, FedCM's momentum."""
+
+    server_vector: ClassVar[str]
+
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        weights = self.model_factory.initial_weights(rng)
+        return ServerState(tensors={"weights": weights, self.server_vector: torch.zeros_like(weights)})
+
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        return {"weights": state.tensors["weights"], self.server_vector: state.tensors[self.server_vector],
+                **round_payload(self.params, state.version)}
+
+    def download_bytes(self) -> int:
+        return 2 * self.model_factory.num_params * 4 + round_bytes(self.params)
+
+
 def arrival_steps(arrival: Arrival) -> int:
     """The local steps an arrival reports; an error when the runtime did not pass them."""
     if arrival.steps is None:

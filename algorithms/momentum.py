@@ -36,11 +36,11 @@ from pydantic import Field
 from torch import nn
 
 from fedclock.algorithms.base import AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, Tensors
-from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.fedavg import FedAvgParams, FedAvgWithServerVector
 from fedclock.algorithms.flatops import add_to_grads, param_views
 from fedclock.algorithms.hyperbolic import manifold_regularizer
 from fedclock.algorithms.sam import SAM_SAMPLE_COST, sam_grad_fn
-from fedclock.algorithms.schedules import local_lr, payload_round, round_bytes, round_payload
+from fedclock.algorithms.schedules import local_lr, payload_round
 
 FORWARD_COST = 1.0 / 3.0
 """A forward pass without backward, relative to a forward/backward pass (the frozen global
@@ -65,30 +65,20 @@ def normalized_aggregate(updates: torch.Tensor) -> torch.Tensor:
     return total * (mean_norm / norm)
 
 
-class ClientMomentum(FedAvg):
+class ClientMomentum(FedAvgWithServerVector):
     """Base of the client-momentum family (not registered itself); see the module docstring."""
 
     use_sam: ClassVar[bool] = False
     normalized: ClassVar[bool] = False
     hyperbolic: ClassVar[bool] = False
     Params: ClassVar[type[AlgorithmParams]] = ClientMomentumParams
+    server_vector: ClassVar[str] = "momentum"
 
     def __init__(self, params: Any, model_factory: Any) -> None:
         super().__init__(params, model_factory)
         self._frozen: nn.Module | None = None
 
     # ------------------------------------------------------------------ server
-    def init_server(self, rng: torch.Generator) -> ServerState:
-        weights = self.model_factory.initial_weights(rng)
-        return ServerState(tensors={"weights": weights, "momentum": torch.zeros_like(weights)})
-
-    def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"], "momentum": state.tensors["momentum"],
-                **round_payload(self.params, state.version)}
-
-    def download_bytes(self) -> int:
-        return 2 * self.model_factory.num_params * 4 + round_bytes(self.params)
-
     def aggregate(self, updates: torch.Tensor) -> torch.Tensor:
         """``Delta_{t+1}`` from the stacked updates: normalized or plain mean."""
         return normalized_aggregate(updates) if self.normalized else updates.mean(dim=0)

@@ -6,16 +6,16 @@ from typing import ClassVar
 import torch
 
 from fedclock.algorithms.base import AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, Tensors
-from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.fedavg import FedAvgParams, FedAvgWithServerVector
 from fedclock.algorithms.flatops import add_to_grads, param_views
-from fedclock.algorithms.schedules import local_lr, payload_round, round_bytes, round_payload
+from fedclock.algorithms.schedules import local_lr, payload_round
 
 
 class ScaffoldParams(FedAvgParams):
     """FedAvg's hyper-parameters (local SGD, ``server_lr`` = eta_g, decays)."""
 
 
-class Scaffold(FedAvg):
+class Scaffold(FedAvgWithServerVector):
     """SCAFFOLD with option II control variates.
 
     Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, "SCAFFOLD: Stochastic Controlled
@@ -41,17 +41,7 @@ class Scaffold(FedAvg):
     paper: ClassVar[str] = ("Karimireddy et al., SCAFFOLD: Stochastic Controlled Averaging for Federated "
                             "Learning, ICML 2020")
     Params: ClassVar[type[AlgorithmParams]] = ScaffoldParams
-
-    def init_server(self, rng: torch.Generator) -> ServerState:
-        weights = self.model_factory.initial_weights(rng)
-        return ServerState(tensors={"weights": weights, "control": torch.zeros_like(weights)})
-
-    def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors["weights"], "control": state.tensors["control"],
-                **round_payload(self.params, state.version)}
-
-    def download_bytes(self) -> int:
-        return 2 * self.model_factory.num_params * 4 + round_bytes(self.params)
+    server_vector: ClassVar[str] = "control"
 
     def upload_bytes(self) -> int:
         return 2 * self.model_factory.num_params * 4
