@@ -9,8 +9,7 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
-    evaluate_flat
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import BatchLoss, local_sgd
@@ -171,10 +170,7 @@ class APFL(FedAvg):
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
-        if self.ssl:
-            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
-        return evaluate_flat(self.workspace, self.model_factory, self.mixture(payload, client_state),
-                             data.x_test, data.y_test, batch_size)
+        return self.evaluate_personal(payload, client_state, data, batch_size, self.mixture)
 
     def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                     rng: torch.Generator) -> torch.Tensor:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fedclock.algorithms.base import Algorithm, Arrival, ClientData, EvalResult, P, ServerState, Tensors, \
-    evaluate_flat
+from fedclock.algorithms.base import Algorithm, Arrival, ClientData, EvalResult, P, ServerState, Tensors
 from fedclock.algorithms.personal import weighted_mean, with_head
 from fedclock.algorithms.ssl import ObjectiveMixin
 
@@ -57,7 +56,4 @@ class LocalHeadAveraging(ObjectiveMixin, BodyAveraging[P]):
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
-        if self.ssl:
-            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
-        return evaluate_flat(self.workspace, self.model_factory, self._start(payload, client_state),
-                             data.x_test, data.y_test, batch_size)
+        return self.evaluate_personal(payload, client_state, data, batch_size, self._start)

@@ -6,8 +6,7 @@ from typing import Callable, ClassVar
 import torch
 from pydantic import Field
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, \
-    evaluate_flat
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.training import delta_result, local_sgd, proximal_loss, train_from
 
@@ -80,10 +79,7 @@ class Ditto(FedAvg):
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
-        if self.ssl:
-            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
-        weights = self._personal(payload, client_state)
-        return evaluate_flat(self.workspace, self.model_factory, weights, data.x_test, data.y_test, batch_size)
+        return self.evaluate_personal(payload, client_state, data, batch_size, self._personal)
 
     def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                     rng: torch.Generator) -> torch.Tensor:

@@ -64,7 +64,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from fedclock.algorithms.base import AlgorithmParams, ClientData, EvalResult, ServerState, Tensors
+from fedclock.algorithms.base import AlgorithmParams, ClientData, EvalResult, ServerState, Tensors, evaluate_flat
 from fedclock.algorithms.models import FedModel, ModelFactory
 
 if TYPE_CHECKING:
@@ -396,6 +396,17 @@ class ObjectiveMixin:
         finally:
             self.workspace.train(was)
         return knn_accuracy(bank, data.y_train, query, data.y_test, self.params.knn_k)
+
+    def evaluate_personal(self, payload: Tensors, client_state: Tensors | None, data: ClientData, batch_size: int,
+                          weights: Callable[[Tensors, Tensors | None], torch.Tensor]) -> EvalResult:
+        """A client's personalized evaluation: with a self-supervised objective, k-NN on its
+        :meth:`representation`; else the accuracy on its test split of the flat model
+        ``weights(payload, client_state)`` (APFL's mixture, Ditto's personal model, FedPer's
+        and FedRep's body + own head)."""
+        if self.ssl:
+            return self.objective_evaluate(self.representation(payload, client_state), data, batch_size)
+        return evaluate_flat(self.workspace, self.model_factory, weights(payload, client_state), data.x_test,
+                             data.y_test, batch_size)
 
     def evaluate_global(self, state: ServerState, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> EvalResult:
         if not self.ssl:
