@@ -83,14 +83,24 @@ def test_periodic_missing_client_takes_one_round_in_period_plus_one(tmp_path: Pa
         assert sum(start <= x <= start + period for x in rounds_of_3) == 1
 
 
+TWO_FAST_ONE_SLOW = [
+    {"ids": [0, 1], "compute": 100.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0},
+    {"ids": [2], "compute": 10.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0},
+]
+
+
+def run_with_deadline(tmp_path: Path, algorithm: str,
+                      **mode: object) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """30 sync rounds with a 1 s deadline (plus ``mode``'s fields) of ``algorithm`` (5 local
+    steps of 10 samples) on :data:`TWO_FAST_ONE_SLOW`: a task takes about 0.5 s on a fast
+    client and 5 s on the slow one."""
+    return run(tmp_path, population={"num_clients": 3, "clients": TWO_FAST_ONE_SLOW},
+               algorithm={"name": algorithm, "local_steps": 5, "batch_size": 10},
+               mode={"type": "sync", "deadline_s": 1.0, **mode}, stop={"rounds": 30})
+
+
 def test_deadline_drops_the_slow_client(tmp_path: Path) -> None:
-    devices = [
-        {"ids": [0, 1], "compute": 100.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0},
-        {"ids": [2], "compute": 10.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0},
-    ]
-    events, metrics, clients = run(tmp_path, population={"num_clients": 3, "clients": devices},
-                                   algorithm={"name": "fedavg", "local_steps": 5, "batch_size": 10},
-                                   mode={"type": "sync", "deadline_s": 1.0}, stop={"rounds": 30})
+    events, metrics, clients = run_with_deadline(tmp_path, "fedavg")
     slow = events[(events.client == 2) & (events.status != "unfinished")].sort_values("dispatched_at")
     assert len(slow) >= 2 and set(slow.status) == {"dropped"}
     assert slow.staleness.isna().all() and slow.version_applied.isna().all()
@@ -116,14 +126,7 @@ def test_deadline_drops_the_slow_client(tmp_path: Path) -> None:
 
 
 def test_late_results_included_with_their_staleness(tmp_path: Path) -> None:
-    devices = [
-        {"ids": [0, 1], "compute": 100.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0},
-        {"ids": [2], "compute": 10.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0},
-    ]
-    events, metrics, _ = run(tmp_path, population={"num_clients": 3, "clients": devices},
-                             algorithm={"name": "fedavg_async", "local_steps": 5, "batch_size": 10},
-                             mode={"type": "sync", "deadline_s": 1.0, "late_results": "include"},
-                             stop={"rounds": 30})
+    events, metrics, _ = run_with_deadline(tmp_path, "fedavg_async", late_results="include")
     slow = events[(events.client == 2) & (events.status == "applied")].sort_values("dispatched_at")
     assert len(slow) >= 2
     # 5 s of work against rounds of at most 1 s: the result is late, and is applied by the first round that
