@@ -19,25 +19,10 @@ from typing import Iterator
 import pandas as pd
 import pytest
 
-from fedclock.actors.runtime import Runtime
-from fedclock.scenarios.experiment import run_scenario
-from fedclock.scenarios.loader import load_suite
+from tests.user_runs import fedasync_on_digits, run_inline
 
-SCENARIO = """\
-name: cluster
-seed: 3
-dataset: {name: digits, partition: {type: dirichlet, alpha: 0.5}}
-model: {name: mlp, hidden: [8]}
-population:
-  num_clients: 4
-  devices: {compute: {dist: loguniform, low: 20, high: 200}}
-algorithm: {name: fedasync, lr: 0.1, local_epochs: 1, batch_size: 16}
-mode: {type: async, concurrency: 3}
-stop: {versions: 8}
-evaluation: {every: 4, personalized: false}
-runtime: {num_actors: 2, placement: pooled, num_cpus: 1}
-output: {progress: false}
-"""
+SCENARIO = fedasync_on_digits("cluster", seed=3, num_clients=4, versions=8, every=4,
+                              runtime="{num_actors: 2, placement: pooled, num_cpus: 1}", output="{progress: false}")
 
 # the CLI as a user runs it, plus a note of the node each client executor landed on
 DRIVER = textwrap.dedent("""\
@@ -145,8 +130,7 @@ def test_a_run_on_a_two_node_cluster_matches_the_local_run(two_node_cluster: tup
     nodes = json.loads(nodes_file.read_text())
     assert len(nodes) == 2 and len(set(nodes)) == 2  # one executor on each node
 
-    (local,) = load_suite(file, ["runtime.backend=inline"]).runs
-    run_scenario(local, Runtime("inline"), tmp_path / "local")
+    run_inline(file, tmp_path / "local", ["runtime.backend=inline"])
     for name in ("metrics", "events"):
         a = pd.read_parquet(tmp_path / "cluster" / f"{name}.parquet")
         b = pd.read_parquet(tmp_path / "local" / f"{name}.parquet")

@@ -13,27 +13,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from fedclock.actors.runtime import Runtime
-from fedclock.scenarios.experiment import run_scenario
-from fedclock.scenarios.loader import load_suite
 from fedclock.scenarios.results import EVENTS_SCHEMA, Table, read_rows
 from fedclock.scenarios.rundirs import find_runs
+from tests.user_runs import fedasync_on_digits, run_inline
 
-SCENARIO = """\
-name: crash
-seed: 5
-dataset: {name: digits, partition: {type: dirichlet, alpha: 0.5}}
-model: {name: mlp, hidden: [8]}
-population:
-  num_clients: 6
-  devices: {compute: {dist: loguniform, low: 20, high: 200}}
-algorithm: {name: fedasync, lr: 0.1, local_epochs: 1, batch_size: 16}
-mode: {type: async, concurrency: 3}
-stop: {versions: 100000}
-evaluation: {every: 2, personalized: false}
-runtime: {backend: inline}
-output: {flush_every_s: 1000, progress: false}
-"""
+SCENARIO = fedasync_on_digits("crash", seed=5, num_clients=6, versions=100000, every=2, runtime="{backend: inline}",
+                              output="{flush_every_s: 1000, progress: false}")
 
 
 def test_a_killed_run_leaves_valid_files_with_every_completed_row(tmp_path: Path) -> None:
@@ -59,8 +44,7 @@ def test_a_killed_run_leaves_valid_files_with_every_completed_row(tmp_path: Path
 
     # an uninterrupted run, stopped a little after the version the killed run reached
     reached = int(events.version_applied.max())
-    (scenario,) = load_suite(file, [f"stop.versions={reached + 5}"]).runs
-    run_scenario(scenario, Runtime("inline"), tmp_path / "whole")
+    run_inline(file, tmp_path / "whole", [f"stop.versions={reached + 5}"])
     whole_e = pd.read_parquet(tmp_path / "whole" / "events.parquet")
     whole_m = pd.read_parquet(tmp_path / "whole" / "metrics.parquet").drop(columns=["wall_time"])
     pd.testing.assert_frame_equal(events, whole_e.iloc[:len(events)], check_exact=True,
