@@ -27,13 +27,9 @@ from fedclock.algorithms.scaffold import Scaffold, ScaffoldParams
 from fedclock.algorithms.schedules import ROUND_KEY
 from fedclock.algorithms.training import local_sgd
 from fedclock.scenarios.loader import ScenarioError, parse_suite
+from tests.algorithms.server_rules import TINY, gen
 
-TINY = ModelFactory("logistic", (1,), 2)
 LOGISTIC = ModelFactory("logistic", (3,), 2)  # W (2x3) then b (2): 8 flat weights
-
-
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def tiny_data(n: int = 6) -> ClientData:

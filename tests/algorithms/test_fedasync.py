@@ -9,12 +9,7 @@ from fedclock.algorithms.base import Arrival, ClientData, ServerState
 from fedclock.algorithms.fedasync import FedAsync, FedAsyncParams, mixing_weight
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import local_sgd, proximal_loss
-
-TINY = ModelFactory("logistic", (1,), 2)
-
-
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+from tests.algorithms.server_rules import TINY, gen
 
 
 @pytest.mark.parametrize(("fn", "s", "a", "b", "expected"), [

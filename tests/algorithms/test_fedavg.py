@@ -10,17 +10,12 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm, algorithm_names, get_algorithm
 from fedclock.algorithms.training import local_sgd
-
-TINY = ModelFactory("logistic", (1,), 2)  # only needed to build the class; server rules see flat vectors
+from tests.algorithms.server_rules import TINY, gen
 
 
 def arrival(client: int, delta: list[float], n: int, staleness: int = 0) -> Arrival:
     return Arrival(client=client, upload={"delta": torch.tensor(delta)}, num_samples=n,
                    version_dispatched=5 - staleness, staleness=staleness)
-
-
-def gen() -> torch.Generator:
-    return torch.Generator().manual_seed(0)
 
 
 def test_weighted_mean_of_deltas() -> None:

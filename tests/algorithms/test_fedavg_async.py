@@ -6,17 +6,12 @@ import torch
 from fedclock.algorithms.base import Arrival, ClientData, ServerState
 from fedclock.algorithms.fedavg_async import FedAvgAsync, FedAvgAsyncParams
 from fedclock.algorithms.models import ModelFactory
-
-TINY = ModelFactory("logistic", (1,), 2)
+from tests.algorithms.server_rules import TINY, gen
 
 
 def model_arrival(client: int, weights: list[float], n: int, staleness: int) -> Arrival:
     return Arrival(client=client, upload={"weights": torch.tensor(weights)}, num_samples=n,
                    version_dispatched=4 - staleness, staleness=staleness)
-
-
-def gen() -> torch.Generator:
-    return torch.Generator().manual_seed(0)
 
 
 def test_equal_weight_mean_including_stale_model() -> None:

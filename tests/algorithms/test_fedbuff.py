@@ -10,12 +10,7 @@ import torch
 from fedclock.algorithms.base import Arrival, ClientData
 from fedclock.algorithms.fedbuff import FedBuff, FedBuffParams
 from fedclock.algorithms.models import ModelFactory
-
-TINY = ModelFactory("logistic", (1,), 2)  # 4 parameters
-
-
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+from tests.algorithms.server_rules import TINY, gen
 
 
 def delta_arrival(delta: list[float], staleness: int = 0) -> Arrival:

@@ -18,9 +18,9 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import ALGORITHMS
 from fedclock.algorithms.training import local_sgd
 from fedclock.scenarios.experiment import run_scenario
+from tests.algorithms.server_rules import TINY, gen
 from tests.conftest import scenario
 
-TINY = ModelFactory("logistic", (1,), 2)
 PLAIN_SGD = {"fedavg", "fedavg_async", "fedasync", "fedbuff", "fednova"}
 """Algorithms whose client step is plain local SGD (their partial task is checked weight by weight)."""
 
@@ -28,10 +28,6 @@ PLAIN_SGD = {"fedavg", "fedavg_async", "fedasync", "fedbuff", "fednova"}
 def arrival(client: int, delta: list[float], n: int, steps: int | None, staleness: int = 0) -> Arrival:
     return Arrival(client=client, upload={"delta": torch.tensor(delta)}, num_samples=n, version_dispatched=3,
                    staleness=staleness, steps=steps)
-
-
-def gen() -> torch.Generator:
-    return torch.Generator().manual_seed(0)
 
 
 def test_normalizer_vanilla_and_momentum() -> None:
