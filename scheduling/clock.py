@@ -46,6 +46,7 @@ from typing import Any, Callable, Generator, Protocol, Sequence
 import numpy as np
 import simpy
 from simpy.core import NORMAL, EmptySchedule, StopSimulation
+from simpy.events import PENDING
 
 from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.availability import Always, Availability
@@ -54,6 +55,8 @@ from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.windows import windowed_rounds
+
+_new_tuple = tuple.__new__
 
 APPLIED = "applied"
 DROPPED = "dropped"
@@ -110,7 +113,7 @@ class Task:
         """The client lost its connection: the result never comes back."""
         self.started = started
         """The backend computes the task (lost-at-dispatch tasks are never computed)."""
-        self.finishes_at: float = dispatched_at + timing.total_s
+        self.finishes_at: float = dispatched_at + (timing.download_s + timing.compute_s + timing.upload_s)
         """When the client's result reaches the server (had it not been lost)."""
         self.on_settle = on_settle
         """What the protocol does when the task settles (arrives or is given up on), at
@@ -197,27 +200,55 @@ class Arrivals:
         self.clock = clock
         self.env = clock.env
         self._heap: list[tuple[float, int, int, Task]] = []
-        self._signal = self.env.event()
+        self._signal: simpy.Event | None = None
+        """What the protocol waits on (or, while it pulls, its wake-up if one had to be scheduled)."""
+        self._pulling = False
 
     def land(self, task: Task) -> None:
         heapq.heappush(self._heap, (task.finishes_at, task.client, task.index, task))
+        if self._pulling:
+            # :meth:`next` took this settlement itself and decides right after it, unless the
+            # settlement goes on (someone waits for the client): then the wake-up is scheduled now
+            if task._free is not None:
+                self._signal = self.env.event()
+                self._signal.succeed()
+            return
         signal = self._signal
-        if signal._value is simpy.events.PENDING:
+        if signal is not None and signal._value is PENDING:
             if task._free is None and self.clock._alone():
-                self.clock._process_now(signal)  # it would be the very next event
+                self.clock._process_now(signal)  # the wake-up would be the very next event
             else:
                 signal.succeed()
 
     def next(self) -> Generator[simpy.Event, Any, Task]:
         """Wait for the next arrival. After waking, yield once more at the same instant so
         every arrival due now has landed before the smallest client id is chosen (not needed
-        when nothing else is due at this instant)."""
-        while not self._heap:
-            self._signal = self.env.event()
-            yield self._signal
-        if not self.clock._alone():
+        when nothing else is due at this instant).
+
+        While nothing has landed, the clock's next settlement is taken here when it is the
+        next event anyway (:meth:`Clock._pull`): waiting for it through SimPy would process
+        the same event at the same place in the order, only slower."""
+        heap = self._heap
+        clock = self.clock
+        while not heap:
+            self._signal = None
+            self._pulling = True
+            pulled = clock._pull()
+            self._pulling = False
+            if self._signal is not None:
+                yield self._signal  # the wake-up land() scheduled
+            elif not pulled:
+                self._signal = self.env.event()
+                yield self._signal  # wait for a landing
+            elif heap:
+                if clock._alone():  # the wake-up and the extra yield would be the next two events
+                    return heapq.heappop(heap)[-1]
+                self._signal = self.env.event()
+                self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
+                yield self._signal
+        if not clock._alone():
             yield self.env.timeout(0)
-        return heapq.heappop(self._heap)[-1]
+        return heapq.heappop(heap)[-1]
 
 
 class Clock:
@@ -320,6 +351,19 @@ class Clock:
             return
         except EmptySchedule:
             raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}') from None
+
+    def _pull(self) -> bool:
+        """If the clock's next settlement is the next event of the run, process it now and
+        return True (called by a protocol process about to wait: nothing else runs before
+        the kernel loop would take it)."""
+        agenda = self._agenda
+        queue = self.env._queue
+        if agenda and (not queue or agenda[0] < queue[0]):
+            at, _, _, settle, task, armed = heapq.heappop(agenda)
+            self.env._now = at
+            settle(task, armed)
+            return True
+        return False
 
     def _alone(self) -> bool:
         """Nothing else (SimPy's or the clock's) is due at this instant: an event scheduled
@@ -469,12 +513,13 @@ class Clock:
         """Dispatch idle, available clients until ``concurrency`` tasks are in flight; if
         slots stay empty, wait for the next availability change to fill them."""
         assert isinstance(self.mode, AsyncMode)
-        while len(self.in_flight) < self.mode.concurrency:
+        in_flight, concurrency, settled = self.in_flight, self.mode.concurrency, self._on_async
+        while len(in_flight) < concurrency:
             client = self.pick_idle()
             if client is None:
                 break
-            self.dispatch(client, self._on_async)
-        if len(self.in_flight) < self.mode.concurrency and not self._waiting_for_clients:
+            self.dispatch(client, settled)
+        if len(in_flight) < concurrency and not self._waiting_for_clients:
             self._waiting_for_clients = True
             self.env.process(self._wait_for_availability())
 
@@ -514,9 +559,9 @@ class Clock:
         else:
             steps, full = self._assign_steps(client, client_task, n)
             work = costs.work_for_steps(n, steps)  # type: ignore[arg-type]
-        if self._plain_devices:
-            timing = TaskTiming(self._down_s.item(client), work / self._compute.item(client),
-                                self._up_s.item(client))
+        if self._plain_devices:  # TaskTiming(download_s, compute_s, upload_s), built as the tuple it is
+            timing = _new_tuple(TaskTiming, (self._down_s.item(client), work / self._compute.item(client),
+                                             self._up_s.item(client)))
         else:
             timing = task_timing(self.devices[client], costs.bytes_down, costs.bytes_up, work)
         env = self.env
@@ -537,7 +582,9 @@ class Clock:
             self.backend.start(task)
             task.started = True
         at = task.finishes_at if task.gives_up_at is None else task.gives_up_at
-        heapq.heappush(self._agenda, (now + max(0.0, at - now), NORMAL, next(self._eid), self._settle, task, at))
+        wait = at - now
+        heapq.heappush(self._agenda, (now + (wait if wait > 0.0 else 0.0), NORMAL, next(self._eid), self._settle,
+                                      task, at))
         self.recorder.progress(now, self.version, len(in_flight))
         return task
 
@@ -614,11 +661,15 @@ class Clock:
     def _settle(self, task: Task, at: float) -> None:
         """The timer armed for ``at`` is due: unless superseded, the task settles now (as a
         SimPy event succeeded now would, after everything already due at this instant)."""
-        if task._settled or task.settles_at != at:
-            return
+        if task._settled or (task.finishes_at if task.gives_up_at is None else task.gives_up_at) != at:
+            return  # settled already, or superseded (settles_at changed)
         task._settled = True
-        if self._alone():
-            self._settled_now(task, at)
+        if self._alone():  # as _settled_now, inline
+            free = task._free
+            if task.on_settle is not None:
+                task.on_settle(task)
+            if free is not None:
+                self._process_now(free)
         else:
             heapq.heappush(self._agenda, (self.env._now, NORMAL, next(self._eid), self._settled_now, task, at))
 

@@ -72,9 +72,10 @@ class Devices:
         self.down_mbps = down_mbps.astype(np.float64)
         self.up_mbps = up_mbps.astype(np.float64)
         self.latency_s = latency_s.astype(np.float64)
+        self._len = int(self.compute.shape[0])
 
     def __len__(self) -> int:
-        return int(self.compute.shape[0])
+        return self._len
 
     def __getitem__(self, client: int) -> DeviceProfile:
         return DeviceProfile(float(self.compute[client]), float(self.down_mbps[client]),
