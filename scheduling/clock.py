@@ -273,8 +273,7 @@ class Clock:
         self.version = 0
         self.round = 0
         self.task_count = 0
-        self.client_tasks: list[int] = [0] * len(devices)
-        """Tasks dispatched to each client so far."""
+        self.client_tasks = np.zeros(len(devices), dtype=np.int64)
         self.busy: BusyClients = BusyClients()
         self._always = all(type(a) is Always for a in availability)
         """Every client is always available: idle clients are found by rank among the
@@ -291,7 +290,7 @@ class Clock:
         self._agenda: list[tuple[float, int, int, Callable[[Task, float], None], Task, float]] = []
         """Pending settlements, keyed like SimPy's queue: (time, priority, event id, ...)."""
         self._eid = self.env._eid
-        self._sizes: list[int] = np.asarray(client_sizes).tolist()
+        self._sizes = np.asarray(client_sizes).astype(np.int64, copy=False)  # int(size), as Python ints by .item()
         self._plain_devices = type(devices) is Devices
         """Device values never change during the run (no timeline): transfer times are
         computed once per client."""
@@ -550,8 +549,8 @@ class Clock:
     def dispatch(self, client: int, settled: Callable[[Task], None] | None = None) -> Task:
         """Send the current model to ``client``: real work starts now, arrival is scheduled
         at now + duration; ``settled(task)`` runs when it arrives or the server gives up."""
-        n = self._sizes[client]
-        client_task = self.client_tasks[client]
+        n = self._sizes.item(client)
+        client_task = self.client_tasks.item(client)
         costs = self.costs
         if costs.local_steps is None or costs.work_for_steps is None:
             steps = full = None
