@@ -565,8 +565,10 @@ class Clock:
             timing = task_timing(self.devices[client], costs.bytes_down, costs.bytes_up, work)
         env = self.env
         now = env._now
+        # every argument by position (keywords cost more than the rest of the constructor)
         task = Task(self.task_count, client, client_task, self.round, self.version, now, timing, costs.bytes_down,
-                    costs.bytes_up, n, steps=steps, steps_full=full, on_settle=settled, env=env)
+                    costs.bytes_up, n, "running", None, None, None, None, False, None, steps, full, None, False, False,
+                    settled, env)
         self.task_count += 1
         self.client_tasks[client] = client_task + 1
         self.busy[client] = task
