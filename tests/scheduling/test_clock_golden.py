@@ -238,8 +238,8 @@ def scenarios() -> dict[str, Callable[[], tuple[Clock, Log]]]:
         return clock, log
 
     return {f.__name__: f for f in (sync_ties_include, sync_ties_drop, sync_lognormal_links, sync_wait_for_draining,
-                                    sync_markov_waits, async_ties_budget, async_lognormal_links, async_markov_target, async_scripted,
-                                    windows_links, windows_ties, timeline_async, timeline_sync)}
+                                    sync_markov_waits, async_ties_budget, async_lognormal_links, async_markov_target,
+                                    async_scripted, windows_links, windows_ties, timeline_async, timeline_sync)}
 
 
 def record(make: Callable[[], tuple[Clock, Log]]) -> dict[str, Any]:
@@ -262,5 +262,15 @@ def test_every_scenario_gives_the_pinned_events() -> None:
         assert got == want, name
 
 
+def dump(recorded: dict[str, dict[str, Any]]) -> str:
+    """The golden file's text: one line per row."""
+    parts = []
+    for name, run in recorded.items():
+        head = json.dumps({k: v for k, v in run.items() if k != "rows"})[:-1]
+        rows = ",\n".join(json.dumps(row) for row in run["rows"])
+        parts.append(f"{json.dumps(name)}: {head}, \"rows\": [\n{rows}]}}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
 if __name__ == "__main__":
-    GOLDEN.write_text(json.dumps({name: record(make) for name, make in scenarios().items()}, indent=0) + "\n")
+    GOLDEN.write_text(dump({name: record(make) for name, make in scenarios().items()}))
