@@ -8,9 +8,12 @@ counts the tasks it is handed and bumps the server version. Two protocols:
 * async: ``--concurrency`` slots, each arrival refilled with a random idle client.
 
 A task event is a dispatch or an arrival (two per task). The script prints, per mode, the
-task events per second of wall time (target: >= 200,000/s for 100,000 clients).
+task events per second of wall time (target: >= 200,000/s for 100,000 clients), and per
+second of the process's CPU time (the same on a quiet machine; on a shared, loaded one the
+CPU figure shows what the clock costs, the wall figure what it got). ``--repeat N`` runs each
+mode N times (a fresh clock each time) and prints every run and the best.
 
-    python benchmarks/clock.py [--clients 100000] [--tasks 200000] [--profile]
+    python benchmarks/clock.py [--clients 100000] [--tasks 200000] [--repeat 1] [--profile]
 """
 from __future__ import annotations
 
@@ -77,23 +80,25 @@ def make_clock(clients: int, mode: SyncMode | AsyncMode, stop: StopConfig) -> tu
     return clock, backend, recorder
 
 
-def bench(name: str, clients: int, mode: SyncMode | AsyncMode, stop: StopConfig, profile: bool) -> float:
+def bench(name: str, clients: int, mode: SyncMode | AsyncMode, stop: StopConfig, profile: bool) -> tuple[float, float]:
+    """Run one clock; return (events per wall second, events per CPU second)."""
     clock, backend, recorder = make_clock(clients, mode, stop)
     prof = cProfile.Profile() if profile else None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     if prof is not None:
         prof.enable()
     reason = clock.run()
     if prof is not None:
         prof.disable()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     events = backend.started + recorder.ended
-    rate = events / wall
+    rate, cpu_rate = events / wall, events / cpu
     print(f"{name}: {clients} clients, {backend.started} tasks, {events} task events in {wall:.2f} s "
-          f"-> {rate:,.0f} events/s (stopped: {reason}, virtual time {clock.env.now:.0f} s)")
+          f"(CPU {cpu:.2f} s) -> {rate:,.0f} events/s (per CPU second {cpu_rate:,.0f}; stopped: {reason}, "
+          f"virtual time {clock.env.now:.0f} s)")
     if prof is not None:
-        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-    return rate
+        pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+    return rate, cpu_rate
 
 
 def main() -> None:
@@ -103,14 +108,19 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.01, help="sync cohort fraction")
     parser.add_argument("--concurrency", type=int, default=1_000, help="async slots")
     parser.add_argument("--profile", action="store_true", help="print a cProfile table per mode")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per mode (the best is reported)")
     args = parser.parse_args()
     cohort = max(1, int(args.fraction * args.clients))
     rounds = max(1, args.tasks // cohort)
-    sync = bench("sync", args.clients, SyncMode(cohort_fraction=args.fraction), StopConfig(rounds=rounds),
-                 args.profile)
-    asyn = bench("async", args.clients, AsyncMode(type="async", concurrency=args.concurrency),
-                 StopConfig(versions=args.tasks), args.profile)
-    print(f"events_per_s sync = {sync:,.0f}  async = {asyn:,.0f}  (target >= 200,000)")
+    sync_runs = [bench("sync", args.clients, SyncMode(cohort_fraction=args.fraction), StopConfig(rounds=rounds),
+                       args.profile) for _ in range(args.repeat)]
+    async_runs = [bench("async", args.clients, AsyncMode(type="async", concurrency=args.concurrency),
+                        StopConfig(versions=args.tasks), args.profile) for _ in range(args.repeat)]
+    sync = (max(r[0] for r in sync_runs), max(r[1] for r in sync_runs))
+    asyn = (max(r[0] for r in async_runs), max(r[1] for r in async_runs))
+    best = "best of %d, " % args.repeat if args.repeat > 1 else ""
+    print(f"events_per_s sync = {sync[0]:,.0f}  async = {asyn[0]:,.0f}  ({best}wall time; target >= 200,000)")
+    print(f"events_per_cpu_s sync = {sync[1]:,.0f}  async = {asyn[1]:,.0f}")
 
 
 if __name__ == "__main__":

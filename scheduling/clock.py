@@ -24,16 +24,29 @@ a task not back ``task_timeout_s`` after its dispatch: a lost task ends ``lost``
 client is idle again), a slow one ``timed_out`` (its client stays busy until it really
 finishes; the result is discarded). In async mode the slot is freed at the give-up.
 :meth:`Clock.lose_connection` drops a running task's connection from outside (scripted).
+
+The hot path (see benchmarks/clock.py): SimPy runs the protocol processes, but a task's
+settlement (its arrival, or the server giving up) is not a SimPy timer plus a SimPy event.
+The clock keeps its own heap of these settlements (:attr:`Clock._agenda`), keyed exactly as
+SimPy keys its queue (time, priority, event id drawn from SimPy's own counter at the moment
+the old timer or event would have been scheduled), and :meth:`Clock._run_until` merges that
+heap with SimPy's queue. So every settlement happens at the very place in the order of events
+where the per-task SimPy events used to be processed, and the events and numbers are the
+same; a step that would be the next event anyway (nothing else due at this instant) runs at
+once instead of being queued.
 """
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Generator, Protocol, Sequence
 
 import numpy as np
 import simpy
+from simpy.core import NORMAL, EmptySchedule, StopSimulation
+from simpy.events import PENDING
 
 from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.availability import Always, Availability
@@ -43,6 +56,8 @@ from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.windows import windowed_rounds
 
+_new_tuple = tuple.__new__
+
 APPLIED = "applied"
 DROPPED = "dropped"
 FAILED = "failed"
@@ -51,54 +66,80 @@ LOST = "lost"
 TIMED_OUT = "timed_out"
 
 
-@dataclass(eq=False)
 class Task:
-    """One unit of client work, from dispatch to its end."""
+    """One unit of client work, from dispatch to its end.
 
-    index: int
-    client: int
-    client_task: int
-    round: int
-    version: int
-    dispatched_at: float
-    timing: TaskTiming
-    bytes_down: int
-    bytes_up: int
-    num_samples: int
-    status: str = "running"
-    staleness: int | None = None
-    version_applied: int | None = None
-    ended_at: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    """Training metrics the client reported (set by the backend when the task ends)."""
-    late: bool = False
-    """Set when the task's round closed before it arrived."""
-    handle: Any = field(default=None, repr=False)
-    arrival: Any = field(default=None, repr=False)
-    """Fires when the server hears back or gives up (at :attr:`settles_at`)."""
-    steps: int | None = None
-    """Local steps the clock assigned to the task (None: the algorithm's full count)."""
-    steps_full: int | None = None
-    """The algorithm's full local step count for this client."""
-    gives_up_at: float | None = None
-    """When the server gives up on the task (lost, or slower than the timeout); None when
-    its result reaches the server."""
-    lost: bool = False
-    """The client lost its connection: the result never comes back."""
-    started: bool = False
-    """The backend computes the task (lost-at-dispatch tasks are never computed)."""
-    client_free: Any = field(default=None, repr=False)
-    """Fires when the client can take new work (its arrival, or its real finish after a
-    give-up)."""
+    A plain class with ``__slots__`` (one is built per dispatch)."""
 
-    @property
-    def finishes_at(self) -> float:
-        return self.dispatched_at + self.timing.total_s
+    __slots__ = ("index", "client", "client_task", "round", "version", "dispatched_at", "timing", "bytes_down",
+                 "bytes_up", "num_samples", "status", "staleness", "version_applied", "ended_at", "metrics", "late",
+                 "handle", "steps", "steps_full", "gives_up_at", "lost", "started", "finishes_at", "on_settle",
+                 "_settled", "_free", "_env")
+
+    def __init__(self, index: int, client: int, client_task: int, round: int, version: int, dispatched_at: float,
+                 timing: TaskTiming, bytes_down: int, bytes_up: int, num_samples: int, status: str = "running",
+                 staleness: int | None = None, version_applied: int | None = None, ended_at: float | None = None,
+                 metrics: dict[str, float] | None = None, late: bool = False, handle: Any = None,
+                 steps: int | None = None, steps_full: int | None = None, gives_up_at: float | None = None,
+                 lost: bool = False, started: bool = False,
+                 on_settle: Callable[["Task"], None] | None = None, env: simpy.Environment | None = None) -> None:
+        self.index = index
+        self.client = client
+        self.client_task = client_task
+        self.round = round
+        self.version = version
+        self.dispatched_at = dispatched_at
+        self.timing = timing
+        self.bytes_down = bytes_down
+        self.bytes_up = bytes_up
+        self.num_samples = num_samples
+        self.status = status
+        self.staleness = staleness
+        self.version_applied = version_applied
+        self.ended_at = ended_at
+        self.metrics: dict[str, float] = {} if metrics is None else metrics
+        """Training metrics the client reported (set by the backend when the task ends)."""
+        self.late = late
+        """Set when the task's round closed before it arrived."""
+        self.handle = handle
+        self.steps = steps
+        """Local steps the clock assigned to the task (None: the algorithm's full count)."""
+        self.steps_full = steps_full
+        """The algorithm's full local step count for this client."""
+        self.gives_up_at = gives_up_at
+        """When the server gives up on the task (lost, or slower than the timeout); None when
+        its result reaches the server."""
+        self.lost = lost
+        """The client lost its connection: the result never comes back."""
+        self.started = started
+        """The backend computes the task (lost-at-dispatch tasks are never computed)."""
+        self.finishes_at: float = dispatched_at + (timing.download_s + timing.compute_s + timing.upload_s)
+        """When the client's result reaches the server (had it not been lost)."""
+        self.on_settle = on_settle
+        """What the protocol does when the task settles (arrives or is given up on), at
+        :attr:`settles_at`."""
+        self._settled = False
+        self._free: simpy.Event | None = None
+        self._env = env
 
     @property
     def settles_at(self) -> float:
         """When the server hears back or gives up."""
         return self.gives_up_at if self.gives_up_at is not None else self.finishes_at
+
+    @property
+    def client_free(self) -> simpy.Event:
+        """Fires when the client can take new work (its arrival, or its real finish after a
+        give-up); made on first use."""
+        if self._free is None:
+            self._free = simpy.Event(self._env)  # type: ignore[arg-type]
+        return self._free
+
+    def __repr__(self) -> str:
+        return (f"Task(index={self.index}, client={self.client}, client_task={self.client_task}, round={self.round}, "
+                f"version={self.version}, dispatched_at={self.dispatched_at}, timing={self.timing}, "
+                f"status={self.status!r}, staleness={self.staleness}, version_applied={self.version_applied}, "
+                f"ended_at={self.ended_at}, steps={self.steps}, lost={self.lost})")
 
 
 @dataclass(frozen=True)
@@ -155,24 +196,59 @@ class Script(Protocol):
 class Arrivals:
     """Results that reached the server, handed out in (arrival time, client id) order."""
 
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
+    def __init__(self, clock: "Clock") -> None:
+        self.clock = clock
+        self.env = clock.env
         self._heap: list[tuple[float, int, int, Task]] = []
-        self._signal = env.event()
+        self._signal: simpy.Event | None = None
+        """What the protocol waits on (or, while it pulls, its wake-up if one had to be scheduled)."""
+        self._pulling = False
 
     def land(self, task: Task) -> None:
         heapq.heappush(self._heap, (task.finishes_at, task.client, task.index, task))
-        if not self._signal.triggered:
-            self._signal.succeed()
+        if self._pulling:
+            # :meth:`next` took this settlement itself and decides right after it, unless the
+            # settlement goes on (someone waits for the client): then the wake-up is scheduled now
+            if task._free is not None:
+                self._signal = self.env.event()
+                self._signal.succeed()
+            return
+        signal = self._signal
+        if signal is not None and signal._value is PENDING:
+            if task._free is None and self.clock._alone():
+                self.clock._process_now(signal)  # the wake-up would be the very next event
+            else:
+                signal.succeed()
 
     def next(self) -> Generator[simpy.Event, Any, Task]:
         """Wait for the next arrival. After waking, yield once more at the same instant so
-        every arrival due now has landed before the smallest client id is chosen."""
-        while not self._heap:
-            self._signal = self.env.event()
-            yield self._signal
-        yield self.env.timeout(0)
-        return heapq.heappop(self._heap)[-1]
+        every arrival due now has landed before the smallest client id is chosen (not needed
+        when nothing else is due at this instant).
+
+        While nothing has landed, the clock's next settlement is taken here when it is the
+        next event anyway (:meth:`Clock._pull`): waiting for it through SimPy would process
+        the same event at the same place in the order, only slower."""
+        heap = self._heap
+        clock = self.clock
+        while not heap:
+            self._signal = None
+            self._pulling = True
+            pulled = clock._pull()
+            self._pulling = False
+            if self._signal is not None:
+                yield self._signal  # the wake-up land() scheduled
+            elif not pulled:
+                self._signal = self.env.event()
+                yield self._signal  # wait for a landing
+            elif heap:
+                if clock._alone():  # the wake-up and the extra yield would be the next two events
+                    return heapq.heappop(heap)[-1]
+                self._signal = self.env.event()
+                self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
+                yield self._signal
+        if not clock._alone():
+            yield self.env.timeout(0)
+        return heapq.heappop(heap)[-1]
 
 
 class Clock:
@@ -211,6 +287,17 @@ class Clock:
         self.task_timeout_s: float | None = getattr(mode, "task_timeout_s", None)
         self.draining: dict[int, Task] = {}
         """Tasks the server gave up on whose clients are still computing them."""
+        self._agenda: list[tuple[float, int, int, Callable[[Task, float], None], Task, float]] = []
+        """Pending settlements, keyed like SimPy's queue: (time, priority, event id, ...)."""
+        self._eid = self.env._eid
+        self._sizes = np.asarray(client_sizes).astype(np.int64, copy=False)  # int(size), as Python ints by .item()
+        self._plain_devices = type(devices) is Devices
+        """Device values never change during the run (no timeline): transfer times are
+        computed once per client."""
+        if self._plain_devices:
+            self._down_s, self._up_s = devices.transfer_arrays(costs.bytes_down, costs.bytes_up)
+            self._compute = devices.compute
+        self._on_async = self._async_settled
 
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
@@ -227,7 +314,7 @@ class Clock:
         if self.stop.virtual_time_s is not None:
             self.env.process(self._time_budget(self.stop.virtual_time_s))
         self.evaluate()
-        self.env.run(until=self.done)
+        self._run_until(self.done)
         for task in sorted(self.in_flight.values(), key=lambda t: t.index):
             self._end(task, UNFINISHED, self.env.now)
             if task.started:
@@ -239,6 +326,62 @@ class Clock:
         if self.evaluated_version != self.version:
             self.evaluate()
         return self.stop_reason
+
+    def _run_until(self, until: simpy.Event) -> None:
+        """``env.run(until=until)``, with the clock's settlements merged into SimPy's queue in
+        SimPy's own order (time, priority, event id)."""
+        if until.callbacks is None:
+            return
+        until.callbacks.append(StopSimulation.callback)
+        env = self.env
+        queue = env._queue
+        agenda = self._agenda
+        pop = heapq.heappop
+        step = env.step
+        try:
+            while True:
+                if agenda and (not queue or agenda[0] < queue[0]):
+                    at, _, _, settle, task, armed = pop(agenda)
+                    env._now = at
+                    settle(task, armed)
+                else:
+                    step()
+        except StopSimulation:
+            return
+        except EmptySchedule:
+            raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}') from None
+
+    def _pull(self) -> bool:
+        """If the clock's next settlement is the next event of the run, process it now and
+        return True (called by a protocol process about to wait: nothing else runs before
+        the kernel loop would take it)."""
+        agenda = self._agenda
+        queue = self.env._queue
+        if agenda and (not queue or agenda[0] < queue[0]):
+            at, _, _, settle, task, armed = heapq.heappop(agenda)
+            self.env._now = at
+            settle(task, armed)
+            return True
+        return False
+
+    def _alone(self) -> bool:
+        """Nothing else (SimPy's or the clock's) is due at this instant: an event scheduled
+        now would be the next one processed."""
+        now = self.env._now
+        queue = self._agenda
+        if queue and queue[0][0] <= now:
+            return False
+        queue = self.env._queue
+        return not queue or queue[0][0] > now
+
+    @staticmethod
+    def _process_now(event: simpy.Event) -> None:
+        """Succeed ``event`` and process it at once (what SimPy's step would do next)."""
+        event._ok = True
+        event._value = None
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:  # type: ignore[union-attr]
+            callback(event)
 
     def _time_budget(self, budget: float) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(budget)
@@ -257,11 +400,10 @@ class Clock:
         late_inbox: list[Task] = []
         while not self.done.triggered:
             cohort = self.sample_cohort()
-            tasks = [self.dispatch(client) for client in cohort]
-            for task in tasks:
-                task.arrival.callbacks.append(lambda _, t=task: self._sync_arrived(t, late_inbox))
+            everyone = _Barrier(self.env, len(cohort))
+            settled = partial(self._sync_settled, late_inbox, everyone)
+            tasks = [self.dispatch(client, settled) for client in cohort]
             if tasks:
-                everyone = self.env.all_of([t.arrival for t in tasks])
                 if self.mode.deadline_s is not None:
                     yield everyone | self.env.timeout(self.mode.deadline_s)
                 else:
@@ -271,12 +413,13 @@ class Clock:
             else:
                 yield from self._wait_for_change()
             # ---- the round closes now
-            punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= self.env.now]
+            now = self.env.now
+            punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= now]
             for t in punctual:
                 t.staleness = 0
                 self.busy.pop(t.client, None)
             for t in tasks:
-                t.late = t.finishes_at > self.env.now
+                t.late = t.finishes_at > now
             late = sorted(late_inbox, key=lambda t: (t.finishes_at, t.client))
             late_inbox.clear()
             for t in late:
@@ -285,6 +428,10 @@ class Clock:
             self.round += 1
             if self.stop.rounds is not None and self.round >= self.stop.rounds:
                 self._finish("rounds")
+
+    def _sync_settled(self, late_inbox: list[Task], everyone: "_Barrier", task: Task) -> None:
+        self._sync_arrived(task, late_inbox)
+        everyone.count_one()
 
     def _sync_arrived(self, task: Task, late_inbox: list[Task]) -> None:
         if task.gives_up_at is not None:
@@ -349,7 +496,7 @@ class Clock:
     def async_slots(self) -> Generator[simpy.Event, Any, None]:
         """``concurrency`` tasks in flight; each arrival goes to the server at once and its
         slot is refilled with an idle, available client."""
-        self._arrivals = Arrivals(self.env)
+        self._arrivals = Arrivals(self)
         self.fill_slots()
         while not self.done.triggered:
             task = yield from self._arrivals.next()
@@ -365,13 +512,13 @@ class Clock:
         """Dispatch idle, available clients until ``concurrency`` tasks are in flight; if
         slots stay empty, wait for the next availability change to fill them."""
         assert isinstance(self.mode, AsyncMode)
-        while len(self.in_flight) < self.mode.concurrency:
+        in_flight, concurrency, settled = self.in_flight, self.mode.concurrency, self._on_async
+        while len(in_flight) < concurrency:
             client = self.pick_idle()
             if client is None:
                 break
-            task = self.dispatch(client)
-            task.arrival.callbacks.append(lambda _, t=task: self._async_settled(t))
-        if len(self.in_flight) < self.mode.concurrency and not self._waiting_for_clients:
+            self.dispatch(client, settled)
+        if len(in_flight) < concurrency and not self._waiting_for_clients:
             self._waiting_for_clients = True
             self.env.process(self._wait_for_availability())
 
@@ -399,34 +546,47 @@ class Clock:
             self._finish("no_clients_available")
 
     # ------------------------------------------------------------------ shared steps
-    def dispatch(self, client: int) -> Task:
+    def dispatch(self, client: int, settled: Callable[[Task], None] | None = None) -> Task:
         """Send the current model to ``client``: real work starts now, arrival is scheduled
-        at now + duration."""
-        n = int(self.client_sizes[client])
-        client_task = int(self.client_tasks[client])
-        steps, full = self._assign_steps(client, client_task, n)
-        work = self.costs.work(n) if steps is None else self.costs.work_for_steps(n, steps)  # type: ignore[misc]
-        timing = task_timing(self.devices[client], self.costs.bytes_down, self.costs.bytes_up, work)
-        task = Task(index=self.task_count, client=client, client_task=client_task,
-                    round=self.round, version=self.version, dispatched_at=self.env.now, timing=timing,
-                    bytes_down=self.costs.bytes_down, bytes_up=self.costs.bytes_up, num_samples=n,
-                    steps=steps, steps_full=full)
+        at now + duration; ``settled(task)`` runs when it arrives or the server gives up."""
+        n = self._sizes.item(client)
+        client_task = self.client_tasks.item(client)
+        costs = self.costs
+        if costs.local_steps is None or costs.work_for_steps is None:
+            steps = full = None
+            work = costs.work(n)
+        else:
+            steps, full = self._assign_steps(client, client_task, n)
+            work = costs.work_for_steps(n, steps)  # type: ignore[arg-type]
+        if self._plain_devices:  # TaskTiming(download_s, compute_s, upload_s), built as the tuple it is
+            timing = _new_tuple(TaskTiming, (self._down_s.item(client), work / self._compute.item(client),
+                                             self._up_s.item(client)))
+        else:
+            timing = task_timing(self.devices[client], costs.bytes_down, costs.bytes_up, work)
+        env = self.env
+        now = env._now
+        # every argument by position (keywords cost more than the rest of the constructor)
+        task = Task(self.task_count, client, client_task, self.round, self.version, now, timing, costs.bytes_down,
+                    costs.bytes_up, n, "running", None, None, None, None, False, None, steps, full, None, False, False,
+                    settled, env)
         self.task_count += 1
-        self.client_tasks[client] += 1
+        self.client_tasks[client] = client_task + 1
         self.busy[client] = task
-        self.in_flight[task.index] = task
+        in_flight = self.in_flight
+        in_flight[task.index] = task
         if self.work_and_links is not None and self.work_and_links.loses(client, client_task, timing.total_s):
             task.lost = True
-            task.gives_up_at = self.env.now + self.task_timeout_s  # type: ignore[operator]
+            task.gives_up_at = now + self.task_timeout_s  # type: ignore[operator]
         elif self.task_timeout_s is not None and timing.total_s > self.task_timeout_s:
-            task.gives_up_at = self.env.now + self.task_timeout_s
+            task.gives_up_at = now + self.task_timeout_s
         if not task.lost:  # a lost result is never used: skip its computation
             self.backend.start(task)
             task.started = True
-        task.arrival = self.env.event()
-        task.client_free = task.arrival
-        self._arm(task)
-        self.recorder.progress(self.env.now, self.version, len(self.in_flight))
+        at = task.finishes_at if task.gives_up_at is None else task.gives_up_at
+        wait = at - now
+        heapq.heappush(self._agenda, (now + (wait if wait > 0.0 else 0.0), NORMAL, next(self._eid), self._settle,
+                                      task, at))
+        self.recorder.progress(now, self.version, len(in_flight))
         return task
 
     def aggregate(self, tasks: list[Task]) -> None:
@@ -493,14 +653,34 @@ class Clock:
 
     def _arm(self, task: Task) -> None:
         """Schedule the task to settle (arrive or be given up) at ``task.settles_at``; a
-        later change of ``settles_at`` (:meth:`lose_connection`) supersedes this timer."""
+        later change of ``settles_at`` (:meth:`lose_connection`) supersedes this one. (The
+        entry takes the place a SimPy timer scheduled now would take.)"""
         at = task.settles_at
-        timer = self.env.timeout(max(0.0, at - self.env.now))
-        timer.callbacks.append(lambda _, t=task, at=at: self._settle(t, at))
+        now = self.env._now
+        heapq.heappush(self._agenda, (now + max(0.0, at - now), NORMAL, next(self._eid), self._settle, task, at))
 
     def _settle(self, task: Task, at: float) -> None:
-        if not task.arrival.triggered and task.settles_at == at:
-            task.arrival.succeed()
+        """The timer armed for ``at`` is due: unless superseded, the task settles now (as a
+        SimPy event succeeded now would, after everything already due at this instant)."""
+        if task._settled or (task.finishes_at if task.gives_up_at is None else task.gives_up_at) != at:
+            return  # settled already, or superseded (settles_at changed)
+        task._settled = True
+        if self._alone():  # as _settled_now, inline
+            free = task._free
+            if task.on_settle is not None:
+                task.on_settle(task)
+            if free is not None:
+                self._process_now(free)
+        else:
+            heapq.heappush(self._agenda, (self.env._now, NORMAL, next(self._eid), self._settled_now, task, at))
+
+    def _settled_now(self, task: Task, at: float) -> None:
+        """The task settles: the protocol takes it, then whoever waits for its client."""
+        free = task._free
+        if task.on_settle is not None:
+            task.on_settle(task)
+        if free is not None:
+            self._process_now(free)
 
     def _async_settled(self, task: Task) -> None:
         if task.gives_up_at is not None:
@@ -519,7 +699,7 @@ class Clock:
                 self.backend.release(task, keep_state=False)
         else:
             self.draining[task.index] = task
-            task.client_free = self.env.event()
+            task._free = self.env.event()
             back = self.env.timeout(task.finishes_at - self.env.now)
             back.callbacks.append(lambda _, t=task: self._client_back(t))
         self.recorder.progress(self.env.now, self.version, len(self.in_flight))
@@ -551,3 +731,16 @@ class Clock:
         task.gives_up_at = task.dispatched_at + self.task_timeout_s
         self._arm(task)
         return True
+
+
+class _Barrier(simpy.Event):
+    """Succeeds when ``count`` tasks have settled (a sync round's cohort)."""
+
+    def __init__(self, env: simpy.Environment, count: int) -> None:
+        super().__init__(env)
+        self.remaining = count
+
+    def count_one(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.succeed()

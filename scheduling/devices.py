@@ -11,6 +11,7 @@ wall time:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,9 +33,9 @@ class DeviceProfile:
     latency_s: float
 
 
-@dataclass(frozen=True)
-class TaskTiming:
-    """Phases of one task in virtual seconds."""
+class TaskTiming(NamedTuple):
+    """Phases of one task in virtual seconds (an immutable named tuple: one is made per task,
+    so it is cheap to build)."""
 
     download_s: float
     compute_s: float
@@ -71,13 +72,20 @@ class Devices:
         self.down_mbps = down_mbps.astype(np.float64)
         self.up_mbps = up_mbps.astype(np.float64)
         self.latency_s = latency_s.astype(np.float64)
+        self._len = int(self.compute.shape[0])
 
     def __len__(self) -> int:
-        return int(self.compute.shape[0])
+        return self._len
 
     def __getitem__(self, client: int) -> DeviceProfile:
         return DeviceProfile(float(self.compute[client]), float(self.down_mbps[client]),
                              float(self.up_mbps[client]), float(self.latency_s[client]))
+
+    def transfer_arrays(self, bytes_down: int, bytes_up: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's download and upload seconds for these sizes: the same float
+        operations as :func:`transfer_seconds`, element-wise (so the same numbers)."""
+        return (bytes_down * 8.0 / (self.down_mbps * 1e6) + self.latency_s,
+                bytes_up * 8.0 / (self.up_mbps * 1e6) + self.latency_s)
 
     @classmethod
     def draw(cls, population: PopulationConfig, seed: int) -> "Devices":

@@ -24,6 +24,7 @@ window close once it is idle.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generator
 
 import simpy
@@ -55,13 +56,13 @@ def _dispatch_idle(clock: "Clock", inbox: list["Task"]) -> None:
     """Send the current model to idle, available clients (client-id order) up to the
     concurrency; their arrivals go to ``inbox``."""
     limit = getattr(clock.mode, "concurrency")
+    landed = partial(_landed, clock, inbox)
     for client in range(len(clock.devices)):
         if len(clock.in_flight) >= limit:
             break
         if client in clock.busy or not clock.availability[client].available(clock.env.now, clock.round):
             continue
-        task = clock.dispatch(client)
-        task.arrival.callbacks.append(lambda _, t=task: _landed(clock, inbox, t))
+        clock.dispatch(client, landed)
 
 
 def _landed(clock: "Clock", inbox: list["Task"], task: "Task") -> None:
