@@ -95,27 +95,26 @@ class Diurnal:
         self.on_s = on_fraction * period_s
         self.phase_s = phase_s % period_s
 
-    def _cycle_start(self, now: float) -> float:
-        """Start of the cycle holding ``now``: start <= now < start + period (exactly, in
-        floating point, so the next change is always later than ``now``)."""
+    def _cycle(self, now: float) -> tuple[float, float]:
+        """(start, end) of the cycle holding ``now``: start <= now < end, exactly in floating
+        point, with cycle k spanning [phase + k * period, phase + (k + 1) * period), so the
+        cycles tile the time line (the next change is always later than ``now``, and the
+        answer is constant until it)."""
         k = math.floor((now - self.phase_s) / self.period_s)
-        start = self.phase_s + k * self.period_s
-        while start > now:
+        while self.phase_s + k * self.period_s > now:
             k -= 1
-            start = self.phase_s + k * self.period_s
-        while start + self.period_s <= now:
+        while self.phase_s + (k + 1) * self.period_s <= now:
             k += 1
-            start = self.phase_s + k * self.period_s
-        return start
+        return self.phase_s + k * self.period_s, self.phase_s + (k + 1) * self.period_s
 
     def available(self, now: float, round_index: int) -> bool:
-        return self.on_s >= self.period_s or now < self._cycle_start(now) + self.on_s
+        return self.on_s >= self.period_s or now < self._cycle(now)[0] + self.on_s
 
     def next_change(self, now: float) -> float:
         if self.on_s >= self.period_s:
             return math.inf
-        start = self._cycle_start(now)
-        return start + self.on_s if now < start + self.on_s else start + self.period_s
+        start, end = self._cycle(now)
+        return start + self.on_s if now < start + self.on_s else end
 
 
 class TraceReplay:

@@ -55,6 +55,21 @@ def _dispatch_idle(clock: "Clock", inbox: list["Task"]) -> None:
     """Send the current model to idle, available clients (client-id order) up to the
     concurrency; their arrivals go to ``inbox``."""
     limit = getattr(clock.mode, "concurrency")
+    index = clock._index
+    if clock._always or index is not None:  # without a scan: the first idle, available client, again and again
+        n = len(clock.devices)
+        while len(clock.in_flight) < limit:
+            if index is None:
+                if not clock.busy.idle_count(n):
+                    break
+                client = clock.busy.idle_at(0)
+            else:
+                if not index.count(clock.env.now, clock.round):
+                    break
+                client = index.at(0)
+            task = clock.dispatch(client)
+            task.arrival.callbacks.append(lambda _, t=task: _landed(clock, inbox, t))
+        return
     for client in range(len(clock.devices)):
         if len(clock.in_flight) >= limit:
             break
