@@ -10,7 +10,14 @@ counts the tasks it is handed and bumps the server version. Two protocols:
 A task event is a dispatch or an arrival (two per task). The script prints, per mode, the
 task events per second of wall time (target: >= 200,000/s for 100,000 clients).
 
-    python benchmarks/clock.py [--clients 100000] [--tasks 200000] [--profile]
+``--availability`` gives every client an availability model instead of ``always``:
+``markov`` (on/off, mean up 30 min, mean down 10 min, stationary start) or ``diurnal``
+(a 24 h cycle, online half of it, each client's phase drawn from its seed). The clock then
+finds idle, available clients through its index
+(:mod:`fedclock.scheduling.available_index`); ``--scan`` makes it scan every client instead
+(the clock before that index), for comparison on a smaller ``--tasks``.
+
+    python benchmarks/clock.py [--clients 100000] [--tasks 200000] [--availability markov] [--profile]
 """
 from __future__ import annotations
 
@@ -23,9 +30,24 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
-from fedclock.scheduling.availability import Always
+from fedclock.scheduling.availability import Always, Availability, Diurnal, Markov
 from fedclock.scheduling.clock import Clock, Task, TaskCosts
 from fedclock.scheduling.devices import Devices
+from fedclock.scheduling.rng import Stream, numpy_rng
+
+AVAILABILITY = ("always", "markov", "diurnal")
+
+
+def availability_models(kind: str, clients: int) -> list[Availability]:
+    """Every client's availability model of the given kind (seeded per client)."""
+    if kind == "always":
+        return [Always()] * clients
+    if kind == "markov":
+        return [Markov(1_800.0, 600.0, "stationary", numpy_rng(0, Stream.AVAILABILITY, c)) for c in range(clients)]
+    if kind == "diurnal":
+        return [Diurnal(86_400.0, 0.5, float(numpy_rng(0, Stream.AVAILABILITY, c).uniform(0.0, 86_400.0)))
+                for c in range(clients)]
+    raise ValueError(f"--availability: unknown model {kind!r} (allowed: {', '.join(AVAILABILITY)})")
 
 
 class ZeroCostBackend:
@@ -65,32 +87,37 @@ class CountingRecorder:
         pass
 
 
-def make_clock(clients: int, mode: SyncMode | AsyncMode, stop: StopConfig) -> tuple[Clock, ZeroCostBackend,
-                                                                                     CountingRecorder]:
+def make_clock(clients: int, mode: SyncMode | AsyncMode, stop: StopConfig, availability: str = "always",
+               scan: bool = False) -> tuple[Clock, ZeroCostBackend, CountingRecorder]:
     rng = np.random.default_rng(0)
     compute = rng.lognormal(mean=np.log(100.0), sigma=0.5, size=clients)
     devices = Devices(compute, np.full(clients, 10.0), np.full(clients, 5.0), np.full(clients, 0.05))
     backend, recorder = ZeroCostBackend(), CountingRecorder()
-    clock = Clock(devices=devices, availability=[Always()] * clients,
+    clock = Clock(devices=devices, availability=availability_models(availability, clients),
                   client_sizes=rng.integers(50, 500, size=clients), costs=TaskCosts(40_000, 40_000, lambda n: 5.0 * n),
                   mode=mode, stop=stop, eval_every=10**9, backend=backend, recorder=recorder, seed=0)
+    if scan:  # the clock without its index of idle, available clients
+        clock._index = None
+        clock.busy.watcher = None
     return clock, backend, recorder
 
 
-def bench(name: str, clients: int, mode: SyncMode | AsyncMode, stop: StopConfig, profile: bool) -> float:
-    clock, backend, recorder = make_clock(clients, mode, stop)
+def bench(name: str, clients: int, mode: SyncMode | AsyncMode, stop: StopConfig, profile: bool,
+          availability: str = "always", scan: bool = False) -> float:
+    clock, backend, recorder = make_clock(clients, mode, stop, availability, scan)
     prof = cProfile.Profile() if profile else None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     if prof is not None:
         prof.enable()
     reason = clock.run()
     if prof is not None:
         prof.disable()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     events = backend.started + recorder.ended
     rate = events / wall
-    print(f"{name}: {clients} clients, {backend.started} tasks, {events} task events in {wall:.2f} s "
-          f"-> {rate:,.0f} events/s (stopped: {reason}, virtual time {clock.env.now:.0f} s)")
+    print(f"{name} ({availability}{', scan' if scan else ''}): {clients} clients, {backend.started} tasks, "
+          f"{events} task events in {wall:.2f} s -> {rate:,.0f} events/s ({events / cpu:,.0f} per CPU second; "
+          f"stopped: {reason}, virtual time {clock.env.now:.0f} s)")
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
     return rate
@@ -102,15 +129,22 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200_000, help="tasks per mode (about)")
     parser.add_argument("--fraction", type=float, default=0.01, help="sync cohort fraction")
     parser.add_argument("--concurrency", type=int, default=1_000, help="async slots")
+    parser.add_argument("--availability", choices=AVAILABILITY, default="always",
+                        help="every client's availability model")
+    parser.add_argument("--scan", action="store_true", help="scan every client instead of the clock's index")
+    parser.add_argument("--modes", nargs="+", choices=("sync", "async"), default=["sync", "async"])
     parser.add_argument("--profile", action="store_true", help="print a cProfile table per mode")
     args = parser.parse_args()
     cohort = max(1, int(args.fraction * args.clients))
     rounds = max(1, args.tasks // cohort)
-    sync = bench("sync", args.clients, SyncMode(cohort_fraction=args.fraction), StopConfig(rounds=rounds),
-                 args.profile)
-    asyn = bench("async", args.clients, AsyncMode(type="async", concurrency=args.concurrency),
-                 StopConfig(versions=args.tasks), args.profile)
-    print(f"events_per_s sync = {sync:,.0f}  async = {asyn:,.0f}  (target >= 200,000)")
+    rates = {}
+    if "sync" in args.modes:
+        rates["sync"] = bench("sync", args.clients, SyncMode(cohort_fraction=args.fraction), StopConfig(rounds=rounds),
+                              args.profile, args.availability, args.scan)
+    if "async" in args.modes:
+        rates["async"] = bench("async", args.clients, AsyncMode(type="async", concurrency=args.concurrency),
+                               StopConfig(versions=args.tasks), args.profile, args.availability, args.scan)
+    print("events_per_s " + "  ".join(f"{m} = {r:,.0f}" for m, r in rates.items()) + "  (target >= 200,000)")
 
 
 if __name__ == "__main__":

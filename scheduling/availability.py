@@ -85,6 +85,12 @@ class Markov:
         self._extend(now)
         return self._switches[bisect.bisect_right(self._switches, now)]
 
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        self._extend(now)
+        flips = bisect.bisect_right(self._switches, now)
+        return self._up_at_zero ^ (flips % 2 == 1), self._switches[flips]
+
 
 class Diurnal:
     """Online during [phase + k * period, phase + k * period + on_fraction * period) for
@@ -116,6 +122,13 @@ class Diurnal:
         start, end = self._cycle(now)
         return start + self.on_s if now < start + self.on_s else end
 
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        if self.on_s >= self.period_s:
+            return True, math.inf
+        start, end = self._cycle(now)
+        return (True, start + self.on_s) if now < start + self.on_s else (False, end)
+
 
 class TraceReplay:
     """Online exactly during the given [start, end) intervals (sorted, disjoint)."""
@@ -133,6 +146,13 @@ class TraceReplay:
         if i >= 0 and now < self.ends[i]:
             return self.ends[i]
         return self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
+
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        i = bisect.bisect_right(self.starts, now) - 1
+        if i >= 0 and now < self.ends[i]:
+            return True, self.ends[i]
+        return False, self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
 
 
 def make_availability(cfg: AvailabilityConfig, seed: int, client: int,

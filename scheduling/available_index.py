@@ -13,7 +13,7 @@ What keeps the trees current:
   :class:`~fedclock.scheduling.availability.TraceReplay`) are constant on
   ``[t, next_change(t))``; a heap holds every client's next change time and is processed
   lazily when a query comes at a later time (pop every client whose change is due, ask its
-  model again, push its next change): O(log n) per availability change;
+  model again at the query time, push its next change): O(log n) per availability change;
 * round-driven models (:class:`~fedclock.scheduling.availability.Periodic`): the clients of
   one (period, offset) class are all available or all missing in a round, so each class has
   its own tree and a query sums the trees of the classes the round index selects
@@ -24,8 +24,8 @@ What keeps the trees current:
 * busy clients: the clock's :class:`~fedclock.scheduling.idle.BusyClients` reports each
   client that becomes busy or idle.
 
-The earliest availability change of all clients (and of the idle ones, from a second heap
-kept lazily) answers the clock's waits. Populations with a model of another type are not
+The earliest availability change of all clients (the heap's top) and of the idle ones (a
+best-first walk from the top that skips busy clients) answers the clock's waits. Populations with a model of another type are not
 indexed (:func:`build_index` returns None) and the clock scans them as before.
 """
 from __future__ import annotations
@@ -117,12 +117,13 @@ class IdleAvailable:
     the index to ``now`` and chooses the trees of ``round_index``; :meth:`at` and
     :meth:`at_many` then map ranks to clients among those candidates."""
 
-    def __init__(self, models: list[Availability | None], classes: list[int], periods: list[tuple[int, int]],
+    def __init__(self, models: list[Any | None], classes: list[int], periods: list[tuple[int, int]],
                  timeline: Timeline | None, now: float) -> None:
         n = len(models)
         self.n = n
         self._models = models
-        """Each client's time-driven model, or None (always available as far as time goes)."""
+        """Each client's time-driven model (with ``state(now) -> (available, next change)``),
+        or None (always available as far as time goes)."""
         self._class = classes
         """Each client's tree: 0, or 1 + its Periodic class."""
         self._periods = periods
@@ -131,29 +132,22 @@ class IdleAvailable:
         self._timeline = timeline
         self._offline = timeline.offline if timeline is not None else None
         self._timed_on = bytearray(n)
+        """Each client's model says yes (the round index and timeline gates aside)."""
         self._busy = bytearray(n)
         self.busy_count = 0
-        self._next = [math.inf] * n
         self._changes: list[tuple[float, int]] = []
-        """(next change, client) of every client whose model changes by itself."""
-        self._idle_changes: list[tuple[float, int]] = []
-        """(next change, client) pushed while the client is idle; entries whose client is busy
-        or whose change has passed are dropped when they reach the top."""
-        self._in_idle_changes = [math.nan] * n
+        """Heap of (next change, client), one entry per client whose model changes by itself."""
         for c, model in enumerate(models):
             if model is None:
                 self._timed_on[c] = 1
                 continue
-            self._timed_on[c] = 1 if model.available(now, 0) else 0
-            nxt = model.next_change(now)
-            self._next[c] = nxt
+            on, nxt = model.state(now)
+            self._timed_on[c] = 1 if on else 0
             if nxt != math.inf:
                 self._changes.append((nxt, c))
-                self._idle_changes.append((nxt, c))
-                self._in_idle_changes[c] = nxt
         heapq.heapify(self._changes)
-        heapq.heapify(self._idle_changes)
         self._mark = bytearray(self._timed_on)
+        """Each client is a candidate: idle, its model says yes and no timeline gate holds it."""
         if self._offline is not None:
             for c in range(n):
                 if self._offline[c]:
@@ -185,10 +179,6 @@ class IdleAvailable:
         self._busy[c] = 0
         self.busy_count -= 1
         self._refresh(c)
-        nxt = self._next[c]
-        if nxt != math.inf and self._in_idle_changes[c] != nxt:
-            heapq.heappush(self._idle_changes, (nxt, c))
-            self._in_idle_changes[c] = nxt
 
     def gates_changed(self, clients: Iterable[int]) -> None:
         """The timeline switched these clients offline or online."""
@@ -196,28 +186,26 @@ class IdleAvailable:
             self._refresh(int(c))
 
     def advance(self, now: float) -> None:
-        """Apply every availability change due at or before ``now``."""
+        """Apply every availability change due at or before ``now``: each due client's model
+        is asked at ``now`` (the order among them does not matter) and its next change pushed."""
         changes = self._changes
-        if changes and changes[0][0] <= now:
-            models, nxts, idle_changes, in_idle = self._models, self._next, self._idle_changes, self._in_idle_changes
-            while changes and changes[0][0] <= now:
-                c = changes[0][1]
-                model = models[c]
-                self._timed_on[c] = 1 if model.available(now, 0) else 0  # type: ignore[union-attr]
-                nxt = model.next_change(now)  # type: ignore[union-attr]
-                nxts[c] = nxt
-                if nxt != math.inf:
-                    heapq.heapreplace(changes, (nxt, c))
-                    if not self._busy[c]:
-                        heapq.heappush(idle_changes, (nxt, c))
-                        in_idle[c] = nxt
-                else:
-                    heapq.heappop(changes)
-                self._refresh(c)
-            while idle_changes and idle_changes[0][0] <= now:  # passed: stale
-                t, c = heapq.heappop(idle_changes)
-                if in_idle[c] == t:
-                    in_idle[c] = math.nan
+        if not changes or changes[0][0] > now:
+            return
+        models, timed_on, busy, mark, offline = self._models, self._timed_on, self._busy, self._mark, self._offline
+        replace, pop, inf = heapq.heapreplace, heapq.heappop, math.inf
+        while changes and changes[0][0] <= now:
+            c = changes[0][1]
+            on, nxt = models[c].state(now)  # type: ignore[union-attr]
+            if nxt != inf:
+                replace(changes, (nxt, c))
+            else:
+                pop(changes)
+            on = 1 if on else 0
+            if timed_on[c] != on:
+                timed_on[c] = on
+                if not busy[c] and not (offline is not None and offline[c]):
+                    mark[c] = on
+                    self._trees[self._class[c]].add(c, 1 if on else -1)
 
     # ------------------------------------------------------------------ queries
     def count(self, now: float, round_index: int) -> int:
@@ -251,17 +239,22 @@ class IdleAvailable:
 
     def next_idle_change(self, now: float) -> float:
         """The earliest ``next_change(now)`` of the idle clients' models (timeline gates
-        included)."""
+        included): a best-first walk down the change heap that skips busy clients, so it
+        costs O((b + 1) log(b + 1)) for the b busy clients whose change comes first (at most
+        the number of busy clients)."""
         self.advance(now)
-        heap, nxts, busy, in_idle = self._idle_changes, self._next, self._busy, self._in_idle_changes
-        while heap:
-            t, c = heap[0]
-            if not busy[c] and nxts[c] == t:
-                break
-            heapq.heappop(heap)
-            if in_idle[c] == t:
-                in_idle[c] = math.nan
-        wake = heap[0][0] if heap else math.inf
+        heap, busy = self._changes, self._busy
+        wake = math.inf
+        if heap:
+            frontier = [(heap[0], 0)]
+            while frontier:
+                (t, c), i = heapq.heappop(frontier)
+                if not busy[c]:
+                    wake = t
+                    break
+                for child in (2 * i + 1, 2 * i + 2):
+                    if child < len(heap):
+                        heapq.heappush(frontier, (heap[child], child))
         if self._timeline is not None and self.busy_count < self.n:
             wake = min(wake, self._timeline.next_availability_change(now))
         return wake

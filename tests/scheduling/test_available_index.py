@@ -163,3 +163,13 @@ class _ScanClock(Clock):
 @pytest.mark.parametrize("model,gate,mode", CASES[::5], ids=[case_id(*c) for c in CASES[::5]])
 def test_indexed_clock_runs_as_the_scanning_clock(model: str, gate: bool, mode: str) -> None:
     assert run_case(model, gate, mode) == run_case(model, gate, mode, _ScanClock)
+
+
+def test_state_is_available_and_next_change_together() -> None:
+    rng = np.random.default_rng(9)
+    models = [m for m in _population(60, rng) if hasattr(m, "state")]
+    assert {type(m) for m in models} == {Markov, Diurnal, TraceReplay}
+    for t in [0.0, 0.5, 1.0, 2.0, 3.0, 7.25, 10.0, 11.0, 30.0]:
+        for m in models:
+            on, nxt = m.state(t)  # type: ignore[attr-defined]
+            assert (on, nxt) == (m.available(t, 0), m.next_change(t))
