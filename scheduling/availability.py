@@ -4,6 +4,9 @@ Availability gates dispatch: an unavailable client is never sampled into a cohor
 an async slot. Models answer ``available(client, now, round_index)``, where ``round_index``
 is the sync round (or, in async mode, the server version), and ``next_change(client, now)``,
 the next virtual time the answer may change by itself (infinity for round-driven models).
+The answer is constant from ``now`` until ``next_change(now)``. The time-driven models also
+answer ``state(now)``, both at once, for the clock's index of available clients
+(:mod:`fedclock.scheduling.available_index`).
 """
 from __future__ import annotations
 
