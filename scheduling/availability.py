@@ -4,6 +4,9 @@ Availability gates dispatch: an unavailable client is never sampled into a cohor
 an async slot. Models answer ``available(client, now, round_index)``, where ``round_index``
 is the sync round (or, in async mode, the server version), and ``next_change(client, now)``,
 the next virtual time the answer may change by itself (infinity for round-driven models).
+The answer is constant from ``now`` until ``next_change(now)``. The time-driven models also
+answer ``state(now)``, both at once, for the clock's index of available clients
+(:mod:`fedclock.scheduling.available_index`).
 """
 from __future__ import annotations
 
@@ -85,6 +88,12 @@ class Markov:
         self._extend(now)
         return self._switches[bisect.bisect_right(self._switches, now)]
 
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        self._extend(now)
+        flips = bisect.bisect_right(self._switches, now)
+        return self._up_at_zero ^ (flips % 2 == 1), self._switches[flips]
+
 
 class Diurnal:
     """Online during [phase + k * period, phase + k * period + on_fraction * period) for
@@ -95,27 +104,33 @@ class Diurnal:
         self.on_s = on_fraction * period_s
         self.phase_s = phase_s % period_s
 
-    def _cycle_start(self, now: float) -> float:
-        """Start of the cycle holding ``now``: start <= now < start + period (exactly, in
-        floating point, so the next change is always later than ``now``)."""
+    def _cycle(self, now: float) -> tuple[float, float]:
+        """(start, end) of the cycle holding ``now``: start <= now < end, exactly in floating
+        point, with cycle k spanning [phase + k * period, phase + (k + 1) * period), so the
+        cycles tile the time line (the next change is always later than ``now``, and the
+        answer is constant until it)."""
         k = math.floor((now - self.phase_s) / self.period_s)
-        start = self.phase_s + k * self.period_s
-        while start > now:
+        while self.phase_s + k * self.period_s > now:
             k -= 1
-            start = self.phase_s + k * self.period_s
-        while start + self.period_s <= now:
+        while self.phase_s + (k + 1) * self.period_s <= now:
             k += 1
-            start = self.phase_s + k * self.period_s
-        return start
+        return self.phase_s + k * self.period_s, self.phase_s + (k + 1) * self.period_s
 
     def available(self, now: float, round_index: int) -> bool:
-        return self.on_s >= self.period_s or now < self._cycle_start(now) + self.on_s
+        return self.on_s >= self.period_s or now < self._cycle(now)[0] + self.on_s
 
     def next_change(self, now: float) -> float:
         if self.on_s >= self.period_s:
             return math.inf
-        start = self._cycle_start(now)
-        return start + self.on_s if now < start + self.on_s else start + self.period_s
+        start, end = self._cycle(now)
+        return start + self.on_s if now < start + self.on_s else end
+
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        if self.on_s >= self.period_s:
+            return True, math.inf
+        start, end = self._cycle(now)
+        return (True, start + self.on_s) if now < start + self.on_s else (False, end)
 
 
 class TraceReplay:
@@ -134,6 +149,13 @@ class TraceReplay:
         if i >= 0 and now < self.ends[i]:
             return self.ends[i]
         return self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
+
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        i = bisect.bisect_right(self.starts, now) - 1
+        if i >= 0 and now < self.ends[i]:
+            return True, self.ends[i]
+        return False, self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
 
 
 def make_availability(cfg: AvailabilityConfig, seed: int, client: int,

@@ -50,6 +50,7 @@ from simpy.events import PENDING
 
 from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.availability import Always, Availability
+from fedclock.scheduling.available_index import IdleAvailable, build_index
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.idle import BusyClients
@@ -278,6 +279,10 @@ class Clock:
         self._always = all(type(a) is Always for a in availability)
         """Every client is always available: idle clients are found by rank among the
         non-busy ones (:mod:`fedclock.scheduling.idle`) instead of scanning everyone."""
+        self._index: IdleAvailable | None = None if self._always else build_index(availability, self.env.now)
+        """Otherwise idle, available clients by rank (:mod:`fedclock.scheduling.available_index`);
+        None for availability models it does not know (the population is then scanned)."""
+        self.busy.watcher = self._index
         self.in_flight: dict[int, Task] = {}
         self.evaluated_version = -1
         self.done = self.env.event()
@@ -452,7 +457,7 @@ class Clock:
         """Idle, available clients, sampled without replacement, in client-id order."""
         assert isinstance(self.mode, SyncMode)
         n = len(self.devices)
-        if self._always:
+        if self._always or self._index is not None:
             return self._sample_idle(n, self._cohort_want(n))
         candidates = [c for c in range(n) if c not in self.busy
                       and self.availability[c].available(self.env.now, self.round)]
@@ -472,18 +477,26 @@ class Clock:
         return want
 
     def _sample_idle(self, n: int, want: int) -> list[int]:
-        """:meth:`sample_cohort` when everyone is always available: the same seeded draw
-        (ranks among the idle clients, in client-id order), mapped to clients by rank."""
-        idle = self.busy.idle_count(n)
+        """:meth:`sample_cohort` without a scan: the same seeded draw (ranks among the idle,
+        available clients, in client-id order), mapped to clients by rank."""
+        if self._index is None:
+            idle, at_many = self.busy.idle_count(n), self.busy.idle_at_many
+        else:
+            idle, at_many = self._index.count(self.env.now, self.round), self._index.at_many
         if idle <= want:
-            return self.busy.idle_at_many(range(idle))
-        return sorted(self.busy.idle_at_many(self.rng.choice(idle, size=want, replace=False)))
+            return at_many(range(idle))
+        return sorted(at_many(self.rng.choice(idle, size=want, replace=False)))
 
     def _wait_for_change(self) -> Generator[simpy.Event, Any, None]:
         """Nobody can be dispatched: wait until a busy client returns or some client's
         availability may change; if neither can happen, move to the next round."""
-        wake = math.inf if self._always else \
-            min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))), default=math.inf)
+        if self._always:
+            wake = math.inf
+        elif self._index is not None:
+            wake = self._index.next_change(self.env.now)
+        else:
+            wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))),
+                       default=math.inf)
         events = [t.client_free for t in self.busy.values()]
         if math.isfinite(wake):
             events.append(self.env.timeout(wake - self.env.now))
@@ -527,6 +540,9 @@ class Clock:
         if self._always:
             idle = self.busy.idle_count(len(self.devices))
             return self.busy.idle_at(int(self.rng.integers(idle))) if idle else None
+        if self._index is not None:
+            idle = self._index.count(self.env.now, self.version)
+            return self._index.at(int(self.rng.integers(idle))) if idle else None
         candidates = [c for c in range(len(self.devices)) if c not in self.busy
                       and self.availability[c].available(self.env.now, self.version)]
         if not candidates:
@@ -534,9 +550,13 @@ class Clock:
         return candidates[int(self.rng.integers(len(candidates)))]
 
     def _wait_for_availability(self) -> Generator[simpy.Event, Any, None]:
-        wake = math.inf if self._always else \
-            min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))
-                 if c not in self.busy), default=math.inf)
+        if self._always:
+            wake = math.inf
+        elif self._index is not None:
+            wake = self._index.next_idle_change(self.env.now)
+        else:
+            wake = min((self.availability[c].next_change(self.env.now) for c in range(len(self.devices))
+                        if c not in self.busy), default=math.inf)
         if math.isfinite(wake):
             yield self.env.timeout(wake - self.env.now)
         self._waiting_for_clients = False

@@ -7,28 +7,46 @@ client is found by a binary search over the busy clients: O(log m) per lookup an
 memmove per change for m busy clients, independent of the population size. The seeded draws
 are unchanged: the clock draws ranks from ``len(candidates)`` exactly as it drew positions in
 the scanned candidate list.
+
+With other availability models the clock's index of idle, available clients
+(:mod:`fedclock.scheduling.available_index`) watches the mapping: every client that becomes
+busy or idle is reported to the :class:`BusyWatcher`.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
+
+
+class BusyWatcher(Protocol):
+    """Told about every client that becomes busy or idle."""
+
+    def became_busy(self, client: int) -> None: ...
+
+    def became_idle(self, client: int) -> None: ...
 
 
 class BusyClients(dict):
-    """``dict`` of busy client -> task that also keeps the busy client ids sorted."""
+    """``dict`` of busy client -> task that also keeps the busy client ids sorted (and tells
+    its :attr:`watcher`, if any, about every client that becomes busy or idle)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watcher: BusyWatcher | None = None) -> None:
         super().__init__()
         self._sorted: list[int] = []
+        self.watcher = watcher
 
     def __setitem__(self, client: int, task: Any) -> None:
         if client not in self:
             bisect.insort(self._sorted, client)
+            if self.watcher is not None:
+                self.watcher.became_busy(client)
         super().__setitem__(client, task)
 
     def __delitem__(self, client: int) -> None:
         super().__delitem__(client)
         del self._sorted[bisect.bisect_left(self._sorted, client)]
+        if self.watcher is not None:
+            self.watcher.became_idle(client)
 
     _MISSING = object()
 
@@ -36,14 +54,19 @@ class BusyClients(dict):
         if client in self:
             task = super().pop(client)
             del self._sorted[bisect.bisect_left(self._sorted, client)]
+            if self.watcher is not None:
+                self.watcher.became_idle(client)
             return task
         if default is BusyClients._MISSING:
             raise KeyError(client)
         return default
 
     def clear(self) -> None:
+        idle, self._sorted = self._sorted, []
         super().clear()
-        self._sorted.clear()
+        if self.watcher is not None:
+            for client in idle:
+                self.watcher.became_idle(client)
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # noqa: D102 - keep the sorted keys in step
         for k, v in dict(*args, **kwargs).items():
@@ -52,6 +75,8 @@ class BusyClients(dict):
     def popitem(self) -> tuple[int, Any]:
         client, task = super().popitem()
         del self._sorted[bisect.bisect_left(self._sorted, client)]
+        if self.watcher is not None:
+            self.watcher.became_idle(client)
         return client, task
 
     def setdefault(self, client: int, default: Any = None) -> Any:

@@ -166,6 +166,7 @@ class Timeline:
             for t in self._trace_rows:
                 heapq.heappush(self._heap, (t, DEVICE_TRACE, 0))
         self.clock: Any = None
+        self._gate_watchers: list[Callable[[np.ndarray], None]] = []
         self._next_availability = self._compute_next_availability()
 
     # ------------------------------------------------------------------ schedule
@@ -188,6 +189,10 @@ class Timeline:
     def next_availability_change(self, now: float) -> float:
         """The next time an offline/online/join event fires (infinity if none is left)."""
         return self._next_availability if self._next_availability > now else math.inf
+
+    def watch_gates(self, watcher: Callable[[np.ndarray], None]) -> None:
+        """Call ``watcher(client ids)`` after every offline/online/join event switches them."""
+        self._gate_watchers.append(watcher)
 
     # ------------------------------------------------------------------ clock hooks
     def start(self, clock: Any) -> None:
@@ -253,8 +258,12 @@ class Timeline:
             detail = ", ".join(parts)
         elif isinstance(ev, OfflineEvent):
             self.offline[ids] = True
+            for watcher in self._gate_watchers:
+                watcher(ids)
         elif isinstance(ev, (OnlineEvent, JoinEvent)):
             self.offline[ids] = False
+            for watcher in self._gate_watchers:
+                watcher(ids)
         elif isinstance(ev, ServerUplinkEvent):
             self.devices.uplink_mbps = ev.mbps
             detail = "no cap" if ev.mbps is None else f"mbps={ev.mbps:g}"

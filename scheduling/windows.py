@@ -57,6 +57,20 @@ def _dispatch_idle(clock: "Clock", inbox: list["Task"]) -> None:
     concurrency; their arrivals go to ``inbox``."""
     limit = getattr(clock.mode, "concurrency")
     landed = partial(_landed, clock, inbox)
+    index = clock._index
+    if clock._always or index is not None:  # without a scan: the first idle, available client, again and again
+        n = len(clock.devices)
+        while len(clock.in_flight) < limit:
+            if index is None:
+                if not clock.busy.idle_count(n):
+                    break
+                client = clock.busy.idle_at(0)
+            else:
+                if not index.count(clock.env.now, clock.round):
+                    break
+                client = index.at(0)
+            clock.dispatch(client, landed)
+        return
     for client in range(len(clock.devices)):
         if len(clock.in_flight) >= limit:
             break
