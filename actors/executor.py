@@ -7,12 +7,33 @@ result, so any executor can serve any client and a lost executor costs only a re
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 
 from fedclock.algorithms.base import Algorithm, ClientData, EvalResult, ServerState, Tensors
 from fedclock.scenarios.federation import Federation
 from fedclock.scheduling.rng import Stream, torch_rng
+
+STATE_KEPT = "state_kept"
+"""Metrics key set by :meth:`ClientExecutor.train`: 1.0 when the task returned a client state
+to keep, 0.0 when it returned None (stateless algorithms), so the runtime can drop its
+reference without fetching the state. The runtime removes the key before recording metrics."""
+
+
+def compact(value: Any) -> Any:
+    """``value`` (a tensor, or a dict/list/tuple of them, or anything else) with every tensor
+    that is a view into a larger storage replaced by a copy of just its elements (same
+    values). Pickling a view ships its whole storage: a state sliced out of a flat vector
+    would otherwise travel and be kept at the size of the whole vector."""
+    if isinstance(value, torch.Tensor):
+        larger = value.untyped_storage().nbytes() > value.numel() * value.element_size()
+        return value.clone() if larger else value
+    if isinstance(value, dict):
+        return {k: compact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(compact(v) for v in value)
+    return value
 
 
 class ClientExecutor:
@@ -41,7 +62,8 @@ class ClientExecutor:
               steps: int | None = None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
         """One task: local work from the payload, seeded by (seed, client, task index).
         ``steps`` is the number of local steps the clock assigned (None: the full count).
-        The returned metrics always hold ``"steps"``, the steps the client reports it ran."""
+        The returned metrics always hold ``"steps"``, the steps the client reports it ran, and
+        :data:`STATE_KEPT`; upload and state come back compact (see :func:`compact`)."""
         assert self.algorithm is not None, "executor used before setup()"
         rng = torch_rng(self.seed, Stream.TASK, client, client_task)
         data = self._data(client)
@@ -51,7 +73,8 @@ class ClientExecutor:
         metrics = dict(result.metrics)
         done = result.steps if result.steps is not None else metrics.get("steps")
         metrics["steps"] = float(self.algorithm.task_steps(data) if done is None else done)
-        return result.upload, result.state, metrics
+        metrics[STATE_KEPT] = float(result.state is not None)
+        return compact(result.upload), compact(result.state), metrics
 
     def evaluate_global(self, state: ServerState, start: int, stop: int, batch_size: int) -> EvalResult:
         """The global model (per the algorithm) on samples ``start:stop`` of the global test set."""

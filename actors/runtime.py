@@ -19,9 +19,10 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from fedclock.actors.executor import ClientExecutor
+from fedclock.actors.executor import STATE_KEPT, ClientExecutor
 from fedclock.actors.server import Server
-from fedclock.algorithms.base import Algorithm, EvalResult, Tensors
+from fedclock.actors.wire import to_wire
+from fedclock.algorithms.base import Algorithm, EvalResult, ServerState, Tensors
 from fedclock.scenarios.federation import Federation
 from fedclock.scenarios.schema import RuntimeConfig
 from fedclock.scheduling.clock import Task
@@ -100,11 +101,28 @@ def _resolve(values: list[Any]) -> list[Any]:
 
 
 class RayClientExecutor(ClientExecutor):
-    """The executor as a Ray actor: nested object references in evaluation lists are fetched."""
+    """The executor as a Ray actor: nested object references in evaluation lists are fetched;
+    uploads and states leave as :func:`~fedclock.actors.wire.to_wire` (one copy each way)."""
+
+    def train(self, client: int, client_task: int, payload: Tensors, client_state: Tensors | None,
+              steps: int | None = None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
+        upload, state, metrics = super().train(client, client_task, payload, client_state, steps)
+        return to_wire(upload), to_wire(state), metrics
 
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:
         return super().evaluate(clients, _resolve(payloads), _resolve(states), batch_size)
+
+
+class RayServer(Server):
+    """The server as a Ray actor: payloads and the global state leave as
+    :func:`~fedclock.actors.wire.to_wire` (one copy each way)."""
+
+    def payload_for(self, client: int) -> Tensors:
+        return to_wire(super().payload_for(client))
+
+    def current_state(self) -> ServerState:
+        return to_wire(super().current_state())
 
 
 class ResourceError(Exception):
@@ -209,7 +227,7 @@ class Runtime:
             else:
                 import ray
 
-                self._server = ray.remote(Server).options(num_cpus=0).remote(cfg.threads_per_actor)
+                self._server = ray.remote(RayServer).options(num_cpus=0).remote(cfg.threads_per_actor)
         return self._server
 
     def session(self, cfg: RuntimeConfig, federation: Federation, algorithm: Algorithm, seed: int,
@@ -326,20 +344,20 @@ class Session:
         task.handle = _Running(slot, inputs, *self._train(slot, inputs))
 
     def apply(self, tasks: Sequence[Task]) -> int:
-        metrics = [self._metrics(t.handle) for t in tasks]
+        try:  # one round trip for the cohort; a failure is sorted out task by task
+            metrics = list(self.t.get([t.handle.metrics for t in tasks]))
+        except Exception:
+            metrics = [self._metrics(t.handle) for t in tasks]
         meta = [(t.client, t.num_samples, t.version, int(t.staleness or 0), int(m["steps"]))
                 for t, m in zip(tasks, metrics)]
         version = self._server_get(self.t.call(self.server, "receive", meta, *[t.handle.upload for t in tasks]))
         for t, m in zip(tasks, metrics):
-            self._finish(t, keep_state=True)
-            t.metrics = dict(m)
+            self._finish(t, keep_state=True, metrics=m)
         self.version = int(version)
         return self.version
 
     def release(self, task: Task, keep_state: bool) -> None:
-        if keep_state:
-            task.metrics = dict(self._metrics(task.handle))
-        self._finish(task, keep_state)
+        self._finish(task, keep_state, metrics=self._metrics(task.handle) if keep_state else None)
 
     def evaluate(self) -> dict[str, float]:
         g = self._global()
@@ -403,11 +421,20 @@ class Session:
                          "from a checkpoint and fedclock does not write checkpoints yet (results so far are on disk)")
 
     # ------------------------------------------------------------------ helpers
-    def _finish(self, task: Task, keep_state: bool) -> None:
+    def _finish(self, task: Task, keep_state: bool, metrics: dict[str, float] | None = None) -> None:
+        """Free the task's executor slot; when ``keep_state``, record its ``metrics`` on the
+        task and keep the client's returned state — or, when the executor reports it returned
+        none (:data:`STATE_KEPT` 0: stateless algorithms), hold no reference for the client
+        (a later task gets None, exactly as from a kept None)."""
         running: _Running = task.handle
         self._load[running.slot] -= 1
         if keep_state:
-            self.client_state[task.client] = running.state
+            metrics = dict(metrics or {})
+            if metrics.pop(STATE_KEPT, 1.0):
+                self.client_state[task.client] = running.state
+            else:
+                self.client_state.pop(task.client, None)
+            task.metrics = metrics
         task.handle = None
 
     def _payload_for(self, client: int) -> Any:

@@ -14,9 +14,13 @@ timed with its actors already started (a one-round warm-up run starts them); the
 start-up (Ray and actor start) is printed separately. The last line is
 ``overhead_ratio = <fedclock wall / plain wall>``; because the machine may be shared, the
 CPU seconds of both sides are printed too (plain: this process; fedclock: this process and
-every descendant, i.e. the Ray daemons and actors, from /proc) with their ratio.
+every descendant, i.e. the Ray daemons and actors, from /proc, split by role: driver,
+server actor, executor actors, other Ray processes) with their ratio. With ``--repeats R``
+the two sides run alternately R times (one warm Ray runtime) and the ratios printed last
+are the medians of the R per-repeat ratios.
 
-    python benchmarks/overhead.py [--rounds 5] [--clients 20] [--samples 500]
+    python benchmarks/overhead.py [--rounds 5] [--clients 20] [--samples 500] [--repeats 1]
+                                  [--skip-plain] [--profile driver.prof]
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
 from fedclock.scenarios.federation import Federation
 from fedclock.scenarios.loader import parse_suite
-from proctree import tree_cpu_seconds  # benchmarks/ is the script's folder
+from proctree import tree_cpu_by_role  # benchmarks/ is the script's folder
 
 BATCH = 48
 
@@ -92,33 +96,56 @@ def _evaluate(model: torch.nn.Module, factory: ModelFactory, weights: torch.Tens
     return correct / len(fed.y_test)
 
 
-def fedclock_fedavg(fed: Federation, rounds: int, actors: int) -> tuple[float, float, float]:
-    """The same work through fedclock; returns (warm wall seconds, cold start-up seconds,
-    CPU seconds of the warm run over this process and the Ray processes it started)."""
-    from fedclock.actors.runtime import Runtime
-    from fedclock.scenarios.experiment import run_scenario
+class FedclockBench:
+    """The same work through fedclock, on one Ray runtime kept warm across repeats."""
 
-    def scenario(n_rounds: int):  # noqa: ANN202
+    def __init__(self, fed: Federation, actors: int) -> None:
+        from fedclock.actors.runtime import Runtime
+        from fedclock.scenarios.experiment import run_scenario
+
+        self.fed, self.actors, self._run_scenario = fed, actors, run_scenario
+        self._tmp = tempfile.TemporaryDirectory()
+        self.runs = 0
+        cold = time.perf_counter()
+        self.runtime = Runtime("ray")
+        self._once(1)
+        self.cold = time.perf_counter() - cold
+        """Cold start-up: Ray, the actors and a 1-round warm-up run."""
+
+    def _scenario(self, n_rounds: int):  # noqa: ANN202
         return parse_suite({
             "name": "overhead", "model": {"name": "cnn5"},
-            "population": {"num_clients": fed.num_clients},
+            "population": {"num_clients": self.fed.num_clients},
             "algorithm": {"name": "fedavg", "lr": LR, "batch_size": BATCH, "local_epochs": 1},
             "mode": {"type": "sync"}, "stop": {"rounds": n_rounds},
             "evaluation": {"every": 10_000, "personalized": False},
-            "runtime": {"backend": "ray", "num_actors": actors, "placement": "pooled"},
+            "runtime": {"backend": "ray", "num_actors": self.actors, "placement": "pooled"},
             "output": {"flush_every_s": 60, "progress": False},
         }, "overhead").runs[0]
 
-    cold = time.perf_counter()
-    runtime = Runtime("ray")
-    with tempfile.TemporaryDirectory() as tmp:
-        run_scenario(scenario(1), runtime, Path(tmp) / "warmup", federation=fed)
-        cold = time.perf_counter() - cold
-        start, cpu = time.perf_counter(), tree_cpu_seconds()
-        run_scenario(scenario(rounds), runtime, Path(tmp) / "run", federation=fed)
-        warm, cpu = time.perf_counter() - start, tree_cpu_seconds() - cpu
-    runtime.close()
-    return warm, cold, cpu
+    def _once(self, rounds: int) -> None:
+        self.runs += 1
+        self._run_scenario(self._scenario(rounds), self.runtime, Path(self._tmp.name) / f"run{self.runs}",
+                           federation=self.fed)
+
+    def run(self, rounds: int, profile: str | None = None) -> tuple[float, dict[str, float]]:
+        """A warm run: (wall seconds, CPU seconds by role over this process and the Ray
+        processes it started — see :func:`proctree.tree_cpu_by_role`)."""
+        before = tree_cpu_by_role()
+        start = time.perf_counter()
+        if profile:
+            import cProfile
+
+            cProfile.runctx("self._once(rounds)", globals(), {"self": self, "rounds": rounds}, profile)
+        else:
+            self._once(rounds)
+        wall = time.perf_counter() - start
+        after = tree_cpu_by_role()
+        return wall, {k: after[k] - before.get(k, 0.0) for k in after}
+
+    def close(self) -> None:
+        self.runtime.close()
+        self._tmp.cleanup()
 
 
 def main() -> None:
@@ -127,16 +154,39 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--actors", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeats", type=int, default=1, help="run plain and fedclock alternately this many times "
+                        "and print the median ratios")
+    parser.add_argument("--skip-plain", action="store_true", help="time fedclock only (per-role CPU figures)")
+    parser.add_argument("--profile", default=None, help="write a cProfile of the driver's last warm run here")
     args = parser.parse_args()
     fed = make_federation(args.clients, args.samples)
-    plain, plain_cpu = plain_fedavg(fed, args.rounds)
     samples = args.rounds * args.clients * (-(-args.samples // BATCH)) * BATCH
-    print(f"plain PyTorch loop: {plain:.2f} s ({samples / plain:.0f} samples/s, {torch.get_num_threads()} threads), CPU {plain_cpu:.2f} s")
-    warm, cold, cpu = fedclock_fedavg(fed, args.rounds, args.actors)
-    print(f"fedclock (sync, {args.actors} pooled actors x 1 thread): {warm:.2f} s ({samples / warm:.0f} samples/s); "
-          f"cold start-up (Ray + actors + 1-round warm-up) {cold:.2f} s; CPU {cpu:.2f} s")
-    print(f"cpu_ratio = {cpu / plain_cpu:.3f}")
-    print(f"overhead_ratio = {warm / plain:.3f}")
+    bench = FedclockBench(fed, args.actors)
+    print(f"fedclock cold start-up (Ray + actors + 1-round warm-up) {bench.cold:.2f} s", flush=True)
+    walls, cpus, plains, plain_cpus = [], [], [], []
+    try:
+        for r in range(args.repeats):
+            if not args.skip_plain:
+                plain, plain_cpu = plain_fedavg(fed, args.rounds)
+                plains.append(plain)
+                plain_cpus.append(plain_cpu)
+                print(f"[{r + 1}] plain PyTorch loop: {plain:.2f} s ({samples / plain:.0f} samples/s, "
+                      f"{torch.get_num_threads()} threads), CPU {plain_cpu:.2f} s", flush=True)
+            warm, roles = bench.run(args.rounds, args.profile if r == args.repeats - 1 else None)
+            walls.append(warm)
+            cpus.append(sum(roles.values()))
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in roles.items())
+            print(f"[{r + 1}] fedclock (sync, {args.actors} pooled actors x 1 thread): {warm:.2f} s "
+                  f"({samples / warm:.0f} samples/s); CPU {cpus[-1]:.2f} s ({parts})", flush=True)
+            if plains:
+                print(f"[{r + 1}] ratios: wall {warm / plains[-1]:.3f}, cpu {cpus[-1] / plain_cpus[-1]:.3f}", flush=True)
+    finally:
+        bench.close()
+    if plains:
+        print(f"cpu_ratio = {float(np.median(np.array(cpus) / np.array(plain_cpus))):.3f}")
+        print(f"overhead_ratio = {float(np.median(np.array(walls) / np.array(plains))):.3f}")
+    else:
+        print(f"fedclock median wall {float(np.median(walls)):.2f} s, median CPU {float(np.median(cpus)):.2f} s")
 
 
 if __name__ == "__main__":

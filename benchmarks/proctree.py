@@ -11,6 +11,26 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 def tree_sum(root: int, value: Callable[[list[str]], float]) -> float:
     """Sum of ``value(fields)`` over ``root`` and its descendants, where ``fields`` are the
     fields of ``/proc/PID/stat`` after the command name (``fields[1]`` is the parent pid)."""
+    children, values = _scan(value)
+    return sum(_tree_values(root, value, children, values).values())
+
+
+def _tree_values(root: int, value: Callable[[list[str]], float], children: dict[int, list[int]] | None = None,
+                 values: dict[int, float] | None = None) -> dict[int, float]:
+    """``value(fields)`` of ``root`` and of each of its live descendants, by pid."""
+    if children is None or values is None:
+        children, values = _scan(value)
+    out: dict[int, float] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        out[pid] = values.get(pid, 0.0)
+        stack.extend(children.get(pid, []))
+    return out
+
+
+def _scan(value: Callable[[list[str]], float]) -> tuple[dict[int, list[int]], dict[int, float]]:
+    """Every process's children and ``value(fields)``, from /proc."""
     children: dict[int, list[int]] = {}
     values: dict[int, float] = {}
     for name in os.listdir("/proc"):
@@ -24,12 +44,32 @@ def tree_sum(root: int, value: Callable[[list[str]], float]) -> float:
         pid = int(name)
         children.setdefault(int(fields[1]), []).append(pid)
         values[pid] = value(fields)
-    total, stack = 0.0, [root]
-    while stack:
-        pid = stack.pop()
-        total += values.get(pid, 0.0)
-        stack.extend(children.get(pid, []))
-    return total
+    return children, values
+
+
+def tree_cpu_by_role(root: int | None = None) -> dict[str, float]:
+    """User + system CPU seconds of ``root`` (default: this process) and its descendants,
+    grouped by role: ``driver`` (``root`` itself), ``server`` and ``executors`` (Ray actor
+    processes, told apart by their process title), ``ray`` (every other descendant: the Ray
+    daemons and idle workers)."""
+    me = os.getpid() if root is None else root
+    out: dict[str, float] = {"driver": 0.0, "server": 0.0, "executors": 0.0, "ray": 0.0}
+    for pid, seconds in _tree_values(me, lambda f: (int(f[11]) + int(f[12])) / TICKS).items():
+        out[_role(pid, me)] += seconds
+    return out
+
+
+def _role(pid: int, root: int) -> str:
+    if pid == root:
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            title = f.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return "ray"
+    if title.startswith("ray::") and "Server" in title:
+        return "server"
+    return "executors" if "ClientExecutor" in title else "ray"
 
 
 def tree_cpu_seconds(root: int | None = None) -> float:

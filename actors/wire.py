@@ -1,0 +1,61 @@
+"""Tensors on the wire between Ray processes: one copy each way.
+
+Ray pickles a ``torch.Tensor`` through torch's own reducer, which writes the storage with
+``torch.save`` into a byte string (two or three copies of the data before it reaches the
+object store) and reads it back with ``torch.load``. A NumPy array instead goes to the
+object store as an out-of-band buffer (one copy) and comes back as a read-only view of it.
+:func:`to_wire` wraps every plain CPU tensor of an upload, payload or state in a
+:class:`WireTensor`, whose unpickling returns an ordinary, writable, owned ``torch.Tensor``
+(one copy out of the object store): the receiver never sees the wrapper, and the values,
+dtype, shape and strides are exactly the sender's. Only the Ray actor classes use it; the
+inline backend passes objects as they are.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+_NUMPY_DTYPES = frozenset({torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+                           torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128})
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """The unpickled side: an owned, writable tensor with the array's values and layout."""
+    return torch.from_numpy(np.array(array, copy=True, order="K"))
+
+
+class WireTensor:
+    """A tensor travelling as a NumPy array; unpickles to a ``torch.Tensor``."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.array = tensor.numpy()
+
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        return _tensor, (self.array,)
+
+
+def _travels(value: torch.Tensor) -> bool:
+    return (type(value) is torch.Tensor and value.device.type == "cpu" and value.layout == torch.strided
+            and not value.requires_grad and value.dtype in _NUMPY_DTYPES and not value.is_conj()
+            and not value.is_neg())
+
+
+def to_wire(value: Any) -> Any:
+    """``value`` with every plain CPU tensor in it (in dicts, lists, tuples, and the
+    ``tensors`` of a dataclass such as ``ServerState``) wrapped as a :class:`WireTensor`;
+    anything else (GPU tensors, parameters, tensors needing grad) is left to Ray's pickling."""
+    if isinstance(value, torch.Tensor):
+        return WireTensor(value) if _travels(value) else value
+    if isinstance(value, dict):
+        return {k: to_wire(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(to_wire(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and isinstance(getattr(value, "tensors", None),
+                                                                                      dict):
+        return dataclasses.replace(value, tensors=to_wire(value.tensors))
+    return value
