@@ -21,7 +21,7 @@ import torch
 
 from fedclock.actors.executor import ClientExecutor
 from fedclock.actors.server import Server
-from fedclock.algorithms.base import Algorithm, EvalResult, Tensors
+from fedclock.algorithms.base import Algorithm, EvalResult, ServerState, Tensors
 from fedclock.scenarios.federation import Federation
 from fedclock.scenarios.schema import RuntimeConfig
 from fedclock.scheduling.clock import Task
@@ -112,9 +112,14 @@ class ResourceError(Exception):
 
 
 class ActorLost(Exception):
-    """An actor died and the run cannot go on (one line): the server actor (its state could
-    only come back from a checkpoint, which fedclock does not write), or a client executor
-    that kept dying on the same task."""
+    """An actor died and the run cannot go on (one line): the server actor in a run without
+    checkpoints (:class:`ServerLost`), or a client executor that kept dying on the same task."""
+
+
+class ServerLost(ActorLost):
+    """The server actor died. With ``output.checkpoint_every`` the run restarts from its last
+    checkpoint on a fresh server actor (:func:`fedclock.scenarios.experiment.run_scenario`);
+    without, this ends the run."""
 
 
 MAX_TASK_RETRIES = 3
@@ -317,11 +322,12 @@ class Session:
 
     # ------------------------------------------------------------------ Backend
     def start(self, task: Task) -> None:
+        self._launch(task, self._payload_for(task.client), self.client_state.get(task.client))
+
+    def _launch(self, task: Task, payload: Any, state: Any) -> None:
         slot = task.client if self.placement == "dedicated" else min(range(len(self.executors)),
                                                                       key=self._load.__getitem__)
         self._load[slot] += 1
-        payload = self._payload_for(task.client)
-        state = self.client_state.get(task.client)
         inputs = (task.client, task.client_task, payload, state, task.steps)
         task.handle = _Running(slot, inputs, *self._train(slot, inputs))
 
@@ -356,6 +362,28 @@ class Session:
         clients = sorted(self.client_state)
         values = self.t.get([self.client_state[c] for c in clients]) if clients else []
         return server_state, dict(zip(clients, values))
+
+    # ------------------------------------------------------------------ checkpoints (fedclock.actors.replay)
+    def task_inputs(self, task: Task) -> tuple[Any, Any]:
+        """A running task's payload and client state as handed to it at its start (handles)."""
+        running: _Running = task.handle
+        return running.inputs[2], running.inputs[3]
+
+    def server_snapshot(self) -> tuple[ServerState, int]:
+        """The server's global state and receive count."""
+        state, receives = self._server_get(self.t.call(self.server, "snapshot"))
+        return state, int(receives)
+
+    def restore(self, state: ServerState, receives: int, clients: dict[int, Tensors | None]) -> None:
+        """Put the server and every client's kept state back to a checkpoint's."""
+        self.version = int(self._server_get(self.t.call(self.server, "restore", state, receives)))
+        self.client_state = {c: self.t.put(v) for c, v in clients.items()}
+        self._payload = None
+
+    def restart(self, task: Task, payload: Any, state: Any) -> None:
+        """Start ``task`` from saved inputs (handles from ``t.put``), as :meth:`start` did
+        before a restore."""
+        self._launch(task, payload, state)
 
     # ------------------------------------------------------------------ faults
     def _train(self, slot: int, inputs: tuple[Any, ...]) -> Any:
@@ -398,9 +426,10 @@ class Session:
                 raise
             raise self._server_lost() from None
 
-    def _server_lost(self) -> ActorLost:
-        return ActorLost("the server actor died; the run cannot go on, since its state could only come back "
-                         "from a checkpoint and fedclock does not write checkpoints yet (results so far are on disk)")
+    def _server_lost(self) -> ServerLost:
+        return ServerLost("the server actor died; the run cannot go on without a checkpoint to restart from (set "
+                          "output.checkpoint_every: N to write one every N server versions; results so far are on "
+                          "disk)")
 
     # ------------------------------------------------------------------ helpers
     def _finish(self, task: Task, keep_state: bool) -> None:
