@@ -4,7 +4,9 @@
 runs of a suite. ``Session`` is one run's view: it implements the clock's
 :class:`~fedclock.scheduling.clock.Backend` — start a task on an executor now, hand arrivals
 to the server, evaluate — and keeps each client's persistent state as an object-store
-reference between tasks (actors hold resources, not truth).
+reference between tasks (actors hold resources, not truth). For checkpoints it also hands
+out the server's state and a running task's inputs, and puts them back
+(:mod:`fedclock.actors.replay`).
 
 The ``inline`` backend runs the same executor and server classes in this process, with the
 same seeds and thread counts, so it gives the same numbers; it is meant for tests and
@@ -296,8 +298,10 @@ class Session:
     An executor that dies (its results raise the transport's actor-death error) is replaced by
     a fresh one through ``respawn`` and every task it held is re-run there with the same
     inputs — payload, client state, task index and so the same seed — hence the same results.
-    A task re-run more than :data:`MAX_TASK_RETRIES` times, or the server actor dying, ends the
-    run with :class:`ActorLost`."""
+    A task re-run more than :data:`MAX_TASK_RETRIES` times ends the run with :class:`ActorLost`;
+    the server actor dying raises :class:`ServerLost`, after which a run with checkpoints goes
+    on from its last one on a fresh server (a new session, replayed up to the checkpoint and
+    restored through :meth:`restore` and :meth:`restart`, see :mod:`fedclock.actors.replay`)."""
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
                  client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
