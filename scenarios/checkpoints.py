@@ -77,6 +77,8 @@ class Checkpoint:
     evaluations: list[dict[str, float]] = field(default_factory=list)
     applied: list[dict[str, float]] = field(default_factory=list)
     """Training metrics of the tasks of the checkpointed ``apply`` (recorded after it)."""
+    wall_time: float = 0.0
+    """Wall-clock seconds the run had taken (a resumed run's ``wall_time`` column goes on from it)."""
 
 
 def fingerprint(resolved: dict[str, Any]) -> str:
@@ -116,7 +118,7 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str)
         "payloads": len(ckpt.payloads),
         "tasks": [[t.index, t.client, t.payload, t.state is not None] for t in ckpt.tasks],
         "rows": ckpt.rows, "applies": ckpt.applies, "evaluations": ckpt.evaluations,
-        "applied": ckpt.applied,
+        "applied": ckpt.applied, "wall_time": ckpt.wall_time,
     }
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -188,7 +190,8 @@ def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Ch
             rows={str(k): int(v) for k, v in meta["rows"].items()},
             applies=[int(v) for v in meta["applies"]],
             evaluations=[{str(k): float(v) for k, v in m.items()} for m in meta["evaluations"]],
-            applied=[{str(k): float(v) for k, v in m.items()} for m in meta["applied"]])
+            applied=[{str(k): float(v) for k, v in m.items()} for m in meta["applied"]],
+            wall_time=float(meta["wall_time"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{folder}/meta.json: malformed ({type(exc).__name__}: {exc})") from None
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -161,9 +161,10 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                 writer.resume_rows(ckpt.rows)
             except ValueError as exc:
                 raise CheckpointError(f"cannot resume in {out_dir}: {exc}") from None
+            writer.started = time.perf_counter() - ckpt.wall_time  # wall_time goes on from the checkpoint's
 
         replay = CheckpointingBackend(session, every=scenario.output.checkpoint_every,
-                                      save=lambda ckpt: write_checkpoint(out_dir, ckpt, mark), rows=writer.row_counts,
+                                      save=lambda ckpt: write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time), mark), rows=writer.row_counts,
                                       resume=checkpoint, on_switch=switched)
         backend = replay
     clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
