@@ -122,7 +122,8 @@ class CheckpointingBackend:
         return Checkpoint(
             version=self.version, server=server, receives=receives, clients=dict(zip(clients, states)),
             payloads=list(payloads),
-            tasks=[RunningTask(t.index, t.client, distinct[id(p)], st) for t, (p, _), st in zip(tasks, inputs, task_states)],
+            tasks=[RunningTask(t.index, t.client, distinct[id(p)], st)
+                   for t, (p, _), st in zip(tasks, inputs, task_states)],
             rows=self._rows(), applies=list(self.applies), evaluations=[dict(m) for m in self.evaluations],
             applied=[{k: float(v) for k, v in t.metrics.items()} for t in applied])
 

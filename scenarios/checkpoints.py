@@ -11,10 +11,14 @@ A checkpoint is a folder ``<run dir>/checkpoints/<version>/`` holding two files:
 * ``meta.json`` — plain JSON: the server version, the global state's ``extra``, the
   server's receive count, which clients have a kept state, the running tasks (index,
   client, payload number, whether it had a client state), the training metrics of the
-  tasks applied at that moment, the row counts of the results tables, the log of what the clock got from the backend so far (the
-  version each ``apply`` returned, the metrics each ``evaluate`` returned), and a
-  fingerprint of the scenario (without its ``runtime`` and ``output`` sections, which do
-  not change results).
+  tasks applied at that moment, the row counts of the results tables, the wall time so
+  far, the log of what the clock got from the backend so far (the version each ``apply``
+  returned, the metrics each ``evaluate`` returned), and a fingerprint of the scenario
+  (without its ``runtime`` and ``output`` sections, which do not change results).
+
+Checkpoints are taken right after an ``apply`` that brings the server to a version that is a
+multiple of ``output.checkpoint_every`` (before that version's evaluation, which the
+resumed run redoes).
 
 No clock state is stored: the clock is deterministic, so a resumed run replays it from
 ``t = 0`` against these logs (:mod:`fedclock.actors.replay`), which also brings back every

@@ -164,7 +164,9 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
             writer.started = time.perf_counter() - ckpt.wall_time  # wall_time goes on from the checkpoint's
 
         replay = CheckpointingBackend(session, every=scenario.output.checkpoint_every,
-                                      save=lambda ckpt: write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time), mark), rows=writer.row_counts,
+                                      save=lambda ckpt: write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time),
+                                                                         mark),
+                                      rows=writer.row_counts,
                                       resume=checkpoint, on_switch=switched)
         backend = replay
     clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),

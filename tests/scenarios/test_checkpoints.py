@@ -144,7 +144,8 @@ def test_a_non_tensor_object_in_the_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="something other than named tensors"):
         load_tensors(folder / "tensors.pt")
     with pytest.raises(CheckpointError, match="not a tensor"):
-        write_checkpoint(tmp_path, Checkpoint(1, ServerState({"w": [1.0]}), 0, {}, [], [], {}, []), "abc")  # type: ignore[dict-item]
+        bad = Checkpoint(1, ServerState({"w": [1.0]}), 0, {}, [], [], {}, [])  # type: ignore[dict-item]
+        write_checkpoint(tmp_path, bad, "abc")
 
 
 def test_bad_checkpoint_every_is_a_one_line_error() -> None:
