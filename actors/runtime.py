@@ -4,7 +4,9 @@
 runs of a suite. ``Session`` is one run's view: it implements the clock's
 :class:`~fedclock.scheduling.clock.Backend` — start a task on an executor now, hand arrivals
 to the server, evaluate — and keeps each client's persistent state as an object-store
-reference between tasks (actors hold resources, not truth).
+reference between tasks (actors hold resources, not truth). For checkpoints it also hands
+out the server's state and a running task's inputs, and puts them back
+(:mod:`fedclock.actors.replay`).
 
 The ``inline`` backend runs the same executor and server classes in this process, with the
 same seeds and thread counts, so it gives the same numbers; it is meant for tests and
@@ -130,9 +132,14 @@ class ResourceError(Exception):
 
 
 class ActorLost(Exception):
-    """An actor died and the run cannot go on (one line): the server actor (its state could
-    only come back from a checkpoint, which fedclock does not write), or a client executor
-    that kept dying on the same task."""
+    """An actor died and the run cannot go on (one line): the server actor in a run without
+    checkpoints (:class:`ServerLost`), or a client executor that kept dying on the same task."""
+
+
+class ServerLost(ActorLost):
+    """The server actor died. With ``output.checkpoint_every`` the run restarts from its last
+    checkpoint on a fresh server actor (:func:`fedclock.scenarios.experiment.run_scenario`);
+    without, this ends the run."""
 
 
 MAX_TASK_RETRIES = 3
@@ -309,8 +316,10 @@ class Session:
     An executor that dies (its results raise the transport's actor-death error) is replaced by
     a fresh one through ``respawn`` and every task it held is re-run there with the same
     inputs — payload, client state, task index and so the same seed — hence the same results.
-    A task re-run more than :data:`MAX_TASK_RETRIES` times, or the server actor dying, ends the
-    run with :class:`ActorLost`."""
+    A task re-run more than :data:`MAX_TASK_RETRIES` times ends the run with :class:`ActorLost`;
+    the server actor dying raises :class:`ServerLost`, after which a run with checkpoints goes
+    on from its last one on a fresh server (a new session, replayed up to the checkpoint and
+    restored through :meth:`restore` and :meth:`restart`, see :mod:`fedclock.actors.replay`)."""
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
                  client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
@@ -335,11 +344,12 @@ class Session:
 
     # ------------------------------------------------------------------ Backend
     def start(self, task: Task) -> None:
+        self._launch(task, self._payload_for(task.client), self.client_state.get(task.client))
+
+    def _launch(self, task: Task, payload: Any, state: Any) -> None:
         slot = task.client if self.placement == "dedicated" else min(range(len(self.executors)),
                                                                       key=self._load.__getitem__)
         self._load[slot] += 1
-        payload = self._payload_for(task.client)
-        state = self.client_state.get(task.client)
         inputs = (task.client, task.client_task, payload, state, task.steps)
         task.handle = _Running(slot, inputs, *self._train(slot, inputs))
 
@@ -374,6 +384,28 @@ class Session:
         clients = sorted(self.client_state)
         values = self.t.get([self.client_state[c] for c in clients]) if clients else []
         return server_state, dict(zip(clients, values))
+
+    # ------------------------------------------------------------------ checkpoints (fedclock.actors.replay)
+    def task_inputs(self, task: Task) -> tuple[Any, Any]:
+        """A running task's payload and client state as handed to it at its start (handles)."""
+        running: _Running = task.handle
+        return running.inputs[2], running.inputs[3]
+
+    def server_snapshot(self) -> tuple[ServerState, int]:
+        """The server's global state and receive count."""
+        state, receives = self._server_get(self.t.call(self.server, "snapshot"))
+        return state, int(receives)
+
+    def restore(self, state: ServerState, receives: int, clients: dict[int, Tensors | None]) -> None:
+        """Put the server and every client's kept state back to a checkpoint's."""
+        self.version = int(self._server_get(self.t.call(self.server, "restore", state, receives)))
+        self.client_state = {c: self.t.put(v) for c, v in clients.items()}
+        self._payload = None
+
+    def restart(self, task: Task, payload: Any, state: Any) -> None:
+        """Start ``task`` from saved inputs (handles from ``t.put``), as :meth:`start` did
+        before a restore."""
+        self._launch(task, payload, state)
 
     # ------------------------------------------------------------------ faults
     def _train(self, slot: int, inputs: tuple[Any, ...]) -> Any:
@@ -416,9 +448,10 @@ class Session:
                 raise
             raise self._server_lost() from None
 
-    def _server_lost(self) -> ActorLost:
-        return ActorLost("the server actor died; the run cannot go on, since its state could only come back "
-                         "from a checkpoint and fedclock does not write checkpoints yet (results so far are on disk)")
+    def _server_lost(self) -> ServerLost:
+        return ServerLost("the server actor died; the run cannot go on without a checkpoint to restart from (set "
+                          "output.checkpoint_every: N to write one every N server versions; results so far are on "
+                          "disk)")
 
     # ------------------------------------------------------------------ helpers
     def _finish(self, task: Task, keep_state: bool, metrics: dict[str, float] | None = None) -> None:

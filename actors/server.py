@@ -43,6 +43,20 @@ class Server:
         self.state = state
         return state.version
 
+    def snapshot(self) -> tuple[ServerState, int]:
+        """The global state and the receive count (what a checkpoint keeps of the server)."""
+        assert self.state is not None, "server used before setup()"
+        return self.state, self.receives
+
+    def restore(self, state: ServerState, receives: int) -> int:
+        """Go back to a checkpoint's state and receive count (after :meth:`setup` with the
+        run's algorithm and seed); later draws continue the (seed, receive count) sequence.
+        Returns the version."""
+        assert self.algorithm is not None, "server used before setup()"
+        self.state = state
+        self.receives = receives
+        return state.version
+
     def current_state(self) -> ServerState:
         """The global state (global evaluation runs on the executors; end-of-run evaluations
         such as linear evaluation read it too)."""

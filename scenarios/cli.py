@@ -1,6 +1,7 @@
 """The ``fedclock`` command.
 
     fedclock run FILE [--out DIR] [--set key=value ...] [--backend ray|inline] [--address ADDR]
+    fedclock run --resume DIR [--backend ray|inline] [--address ADDR]
     fedclock validate FILE [--set key=value ...]
     fedclock list algorithms|datasets|scenarios
     fedclock plot DIR [--out DIR]
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 import fedclock.scenarios as scenarios_pkg
 from fedclock.actors.runtime import ActorLost, ResourceError
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
+from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
 from fedclock.scenarios.rundirs import ResultsError
@@ -63,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "simulated on Ray actors with a deterministic virtual clock.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every run of a scenario file")
-    run.add_argument("file")
+    run.add_argument("file", nargs="?")
+    run.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                     help="go on with the run in DIR from its last checkpoint (written with output.checkpoint_every)")
     run.add_argument("--out", type=Path, default=None, help="output directory (default: output.dir or results/NAME)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set algorithm.lr=0.1 (repeatable)")
@@ -119,9 +123,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides.append(f"runtime.backend={args.backend}")
         if args.address is not None:
             overrides.append(f"runtime.address={json.dumps(args.address)}")  # quoted: always a string
+        if args.resume is not None:
+            if args.file is not None or args.overrides or args.out is not None:
+                raise UsageError("--resume DIR: give no FILE, --set or --out (the run's scenario and directory are "
+                                 "DIR's)")
+            return _run(_resume_suite(args.resume, overrides), args.resume, quiet=args.quiet, resume=True)
+        if args.file is None:
+            raise UsageError("run: give a scenario FILE, or --resume DIR")
         suite = load_suite(resolve_path(args.file), overrides)
         return _run(suite, args.out, quiet=args.quiet)
-    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError) as exc:
+    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
@@ -149,7 +160,15 @@ def _out_dir(suite: Suite, index: int, out: Path | None) -> Path:
     return Path("results") / suite.name / scenario.name if several else Path("results") / scenario.name
 
 
-def _run(suite: Suite, out: Path | None, quiet: bool) -> int:
+def _resume_suite(directory: Path, overrides: list[str]) -> Suite:
+    """The one run in a run directory, from its ``scenario.resolved.yaml``."""
+    path = directory / "scenario.resolved.yaml"
+    if not path.is_file():
+        raise CheckpointError(f"--resume {directory}: no scenario.resolved.yaml there (not a fedclock run directory)")
+    return load_suite(path, overrides)
+
+
+def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False) -> int:
     from fedclock.actors.runtime import Runtime
     from fedclock.scenarios.experiment import run_scenario
     from fedclock.scenarios.progress import RunProgress, make_console, summary_table
@@ -167,7 +186,8 @@ def _run(suite: Suite, out: Path | None, quiet: bool) -> int:
         with RunProgress(console, enabled=not quiet and all(s.output.progress for s in suite.runs)) as progress:
             for i, scenario in enumerate(suite.runs):
                 progress.start(scenario)
-                summary = run_scenario(scenario, runtime, _out_dir(suite, i, out), on_progress=progress.update)
+                summary = run_scenario(scenario, runtime, _out_dir(suite, i, out), on_progress=progress.update,
+                                       resume=resume)
                 progress.finish(summary)
                 summaries.append(summary)
                 if not progress.progress.live.is_started:

@@ -2,24 +2,27 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from fedclock.actors.runtime import Runtime
+from fedclock.actors.replay import CheckpointingBackend
+from fedclock.actors.runtime import Runtime, ServerLost, Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import get_algorithm
 from fedclock.scenarios.analysis import run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
-from fedclock.scenarios.results import ResultsWriter
+from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, fingerprint,
+                                            latest_checkpoint, write_checkpoint)
+from fedclock.scenarios.results import ResultsWriter, resolved_dict
 from fedclock.scenarios.schema import AsyncMode, Scenario
 from fedclock.scheduling.availability import population_availability
-from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Clock, TaskCosts
+from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.device_library import client_classes
 from fedclock.scheduling.devices import Devices, task_timing
 from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
@@ -73,28 +76,40 @@ def describe_availability(scenario: Scenario) -> list[str]:
     return labels
 
 
+MAX_SERVER_RESTARTS = 3
+"""How many times one run restarts from its last checkpoint after losing the server actor."""
+
+
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                  on_progress: Callable[[float, int, int, float | None], None] | None = None,
-                 federation: Federation | None = None) -> RunSummary:
-    """Run one scenario on ``runtime`` and write its results under ``out_dir``."""
+                 federation: Federation | None = None, resume: bool = False) -> RunSummary:
+    """Run one scenario on ``runtime`` and write its results under ``out_dir``.
+
+    With ``output.checkpoint_every`` the run writes checkpoints (:mod:`fedclock.scenarios.checkpoints`)
+    and, if the server actor dies, goes on from the last one on a fresh server actor. With
+    ``resume`` it goes on from the newest checkpoint in ``out_dir`` (:mod:`fedclock.actors.replay`);
+    the results equal an uninterrupted run's, except for wall times."""
     started = time.perf_counter()
     seed = scenario.seed
     if federation is None:
         federation = build_federation(scenario.dataset, scenario.population.num_clients, seed)
     algorithm = make_algorithm(scenario, federation)
-    devices = Devices.draw(scenario.population, seed)
-    availability = population_availability(scenario.population, seed)
-    session = runtime.session(scenario.runtime, federation, algorithm, seed,
-                              scenario.evaluation.batch_size, scenario.evaluation.personalized)
-    writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress)
-    costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work,
-                      local_steps=algorithm.local_steps, work_for_steps=algorithm.work_for_steps)
-    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
-    work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
-    clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
-                  costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
-                  backend=session, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline)
-    reason = clock.run()
+    mark = fingerprint(resolved_dict(scenario))
+    checkpoint = None
+    if resume:
+        checkpoint = latest_checkpoint(out_dir, mark)
+        if checkpoint is None:
+            raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes "
+                                  f"them with output.checkpoint_every: N)")
+    for attempt in range(MAX_SERVER_RESTARTS + 1):
+        try:
+            session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
+                                                                 algorithm, checkpoint, mark)
+            break
+        except ServerLost:
+            if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
+                raise
+            checkpoint = latest_checkpoint(out_dir, mark)  # None: start over
     run_analysis(scenario, algorithm, federation, session, out_dir)
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     linear = (float("nan"), float("nan"))
@@ -120,6 +135,47 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         mean_staleness=totals.staleness_sum / totals.applied if totals.applied else 0.0,
         stop_reason=reason, out_dir=out_dir, tasks_lost=totals.lost, linear_generalization=linear[0],
         linear_personalization=linear[1])
+
+
+def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
+               on_progress: Callable[[float, int, int, float | None], None] | None, federation: Federation,
+               algorithm: Algorithm, checkpoint: Checkpoint | None,
+               mark: str) -> tuple[Session, Clock, ResultsWriter, Devices, str]:
+    """Build the run's session, recorder and clock (replaying up to ``checkpoint`` if given)
+    and run the clock to its end."""
+    seed = scenario.seed
+    devices = Devices.draw(scenario.population, seed)
+    availability = population_availability(scenario.population, seed)
+    session = runtime.session(scenario.runtime, federation, algorithm, seed,
+                              scenario.evaluation.batch_size, scenario.evaluation.personalized)
+    writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
+    costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work,
+                      local_steps=algorithm.local_steps, work_for_steps=algorithm.work_for_steps)
+    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
+    work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
+    backend: Backend = session
+    replay = None
+    if scenario.output.checkpoint_every is not None or checkpoint is not None:
+        def switched(ckpt: Checkpoint) -> None:
+            try:
+                writer.resume_rows(ckpt.rows)
+            except ValueError as exc:
+                raise CheckpointError(f"cannot resume in {out_dir}: {exc}") from None
+            writer.started = time.perf_counter() - ckpt.wall_time  # wall_time goes on from the checkpoint's
+
+        replay = CheckpointingBackend(session, every=scenario.output.checkpoint_every,
+                                      save=lambda ckpt: write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time),
+                                                                         mark),
+                                      rows=writer.row_counts,
+                                      resume=checkpoint, on_switch=switched)
+        backend = replay
+    clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
+                  costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
+                  backend=backend, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline)
+    reason = clock.run()
+    if replay is not None:
+        replay.finished()
+    return session, clock, writer, devices, reason
 
 
 def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices, costs: TaskCosts) -> WorkAndLinks:

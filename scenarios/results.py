@@ -177,11 +177,16 @@ class ResultsWriter:
     """The clock's recorder: writes result files and forwards progress."""
 
     def __init__(self, out_dir: Path, scenario: Scenario, flush_every_s: float,
-                 on_progress: Callable[[float, int, int, float | None], None] | None = None) -> None:
+                 on_progress: Callable[[float, int, int, float | None], None] | None = None,
+                 resume: bool = False) -> None:
         self.out_dir = out_dir
+        self.muted = resume
+        """Resuming (:mod:`fedclock.actors.replay`): rows are kept in memory only, and the
+        files on disk left as they are, until :meth:`resume_rows`."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "scenario.resolved.yaml").write_text(
-            yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
+        if not resume:
+            (out_dir / "scenario.resolved.yaml").write_text(
+                yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
         self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA, journal=True)
         self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA, journal=True)
         self.clients = Table(out_dir / "clients.parquet", CLIENTS_SCHEMA)
@@ -194,7 +199,8 @@ class ResultsWriter:
         self.last_accuracy: float | None = None
         self.last_metrics: dict[str, float] = {}
         self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if scenario.output.tensorboard else None
-        self.flush()
+        if not resume:
+            self.flush()
 
     @property
     def wall_time(self) -> float:
@@ -237,7 +243,7 @@ class ResultsWriter:
         self.metrics.append(row)
         self.last_accuracy = metrics.get("global_accuracy")
         self.last_metrics = dict(metrics)
-        if self.tensorboard is not None:
+        if self.tensorboard is not None and not self.muted:
             self.tensorboard.add(now, version, row)
         self._maybe_flush()
 
@@ -256,8 +262,28 @@ class ResultsWriter:
     def write_clients(self, columns: dict[str, Any]) -> None:
         self.clients.replace(columns)
 
+    def row_counts(self) -> dict[str, int]:
+        """Rows of each incrementally written table so far (kept in a checkpoint)."""
+        return {"events": len(self.events), "metrics": len(self.metrics), "timeline": len(self.timeline)}
+
+    def resume_rows(self, rows: dict[str, int]) -> None:
+        """End of a resumed run's replay: take back the first ``rows[name]`` rows of each
+        table from disk (the replay produced as many, without the training metrics and with
+        other wall times), rewrite the files with exactly those rows, and write from now on."""
+        for name, table in (("events", self.events), ("metrics", self.metrics), ("timeline", self.timeline)):
+            if len(table) != rows[name]:
+                raise ValueError(f"{name}: the replay wrote {len(table)} rows, the checkpoint counted {rows[name]}")
+            on_disk = read_rows(table.path)
+            if on_disk.num_rows < rows[name]:
+                raise ValueError(f"{table.path}: holds {on_disk.num_rows} rows, the checkpoint counted {rows[name]}")
+            table.replace(on_disk.slice(0, rows[name]).to_pydict())
+        self.muted = False
+        self.flush()
+
     def _maybe_flush(self) -> None:
         """After each completed event: a full rewrite when one is due, else the new rows as parts."""
+        if self.muted:
+            return
         if time.perf_counter() - self._last_flush >= self.flush_every_s:
             self.flush()
             return

@@ -457,6 +457,9 @@ class OutputConfig(StrictModel):
     flush_every_s: NonNegativeFloat = 2.0
     progress: bool = True
     tensorboard: bool = Field(default=False, description="also write TensorBoard scalars to <dir>/tensorboard")
+    checkpoint_every: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="write a checkpoint to <dir>/checkpoints every N server versions (resume with "
+        "`fedclock run --resume DIR`; a dead server actor is then survived); default: none")
 
 
 class CKAAnalysis(StrictModel):

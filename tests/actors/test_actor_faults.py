@@ -1,5 +1,6 @@
 """Faults: a client executor killed mid-task is replaced and its tasks re-run with the same
-inputs, so the results equal an undisturbed run's; the server dying ends the run with one line."""
+inputs, so the results equal an undisturbed run's; the server dying ends the run with one line,
+or, with checkpoints, the run goes on from the last one on a fresh server, with the same results."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,9 +19,9 @@ from tests.conftest import scenario
 SHORT = {**ASYNC_HETEROGENEOUS, "stop": {"versions": 8}}
 
 
-def _run(runtime: Runtime, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _run(runtime: Runtime, out: Path, **output: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     cfg = {"backend": runtime.backend, "num_actors": 2, "placement": "pooled"}
-    run_scenario(scenario(**SHORT, runtime=cfg), runtime, out)
+    run_scenario(scenario(**SHORT, runtime=cfg, output={"progress": False, **output}), runtime, out)
     return (pd.read_parquet(out / "metrics.parquet").drop(columns=["wall_time"]),
             pd.read_parquet(out / "events.parquet"))
 
@@ -99,6 +100,24 @@ def test_the_server_dying_is_a_one_line_error(ray_runtime: Runtime, tmp_path: Pa
     assert "\n" not in str(info.value)
     monkeypatch.undo()
     _run(ray_runtime, tmp_path / "after")  # the next run starts a fresh server
+
+
+def test_a_killed_server_is_survived_from_the_last_checkpoint(ray_runtime: Runtime, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    calm_m, calm_e = _run(Runtime("inline"), tmp_path / "calm")
+    sessions = _sessions(monkeypatch, ray_runtime)
+    kills = _kill_on_start(monkeypatch, lambda n, task: n == 9, lambda s, task: s.server)
+    restarted: list[int] = []
+    original = Session.restart
+    monkeypatch.setattr(Session, "restart", lambda self, task, *a: (restarted.append(task.index),
+                                                                      original(self, task, *a))[-1])
+    hit_m, hit_e = _run(ray_runtime, tmp_path / "hit", checkpoint_every=2)
+    assert kills == [9] and len(sessions) == 2  # a second session, on a fresh server, after the death
+    assert len(restarted) == 2  # replayed up to version 6, then its two running tasks started again
+    assert sessions[1].server is not sessions[0].server
+    assert sorted(int(p.name) for p in (tmp_path / "hit" / "checkpoints").iterdir()) == [6, 8]
+    pd.testing.assert_frame_equal(calm_m, hit_m, check_exact=True)
+    pd.testing.assert_frame_equal(calm_e, hit_e, check_exact=True)
 
 
 def test_the_cli_reports_a_lost_actor_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

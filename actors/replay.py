@@ -1,0 +1,155 @@
+"""Checkpoints and resumption by deterministic replay.
+
+:class:`CheckpointingBackend` sits between the clock and a :class:`~fedclock.actors.runtime.Session`.
+It keeps the tasks the session is computing (started, not yet applied or released) and a log
+of what the clock got back (the version of every ``apply``, the metrics of every
+``evaluate``). Right after an ``apply`` that brings the server to a new version that is a
+multiple of ``every``, it hands a :class:`~fedclock.scenarios.checkpoints.Checkpoint` to
+``save``: the server's state and receive count, every client's kept state, the inputs of
+every running task, the row counts of the results tables and the logs.
+
+Resuming from a checkpoint runs the same scenario's clock from ``t = 0`` in *replay*: until
+the clock has made as many ``apply`` calls as the checkpoint logged, ``start`` only notes the
+task, ``apply`` and ``evaluate`` return the logged version and metrics, ``release`` does
+nothing, and nothing is computed. The clock's SimPy processes and its cohort generator thus
+go through exactly the steps of the original run (the clock is deterministic by contract,
+and cannot be pickled). At that ``apply`` — the *switch* — the server and the clients' kept
+states are restored, every running task is started again from its saved inputs (same
+payload, client state, task index and steps, so the same seed and the same result), and
+``on_switch`` lets the recorder take back the rows written before the checkpoint. From then
+on every call goes to the real session. Training and server random draws need no saving:
+they are seeded by (seed, stream, client, task index) and (seed, server receive count).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from fedclock.actors.runtime import Session
+from fedclock.scenarios.checkpoints import Checkpoint, CheckpointError, RunningTask
+from fedclock.scheduling.clock import Task
+
+
+class CheckpointingBackend:
+    """The clock's backend in a run that writes checkpoints, resumes from one, or both."""
+
+    def __init__(self, session: Session, *, every: int | None, save: Callable[[Checkpoint], None] | None,
+                 rows: Callable[[], dict[str, int]], resume: Checkpoint | None = None,
+                 on_switch: Callable[[Checkpoint], None] | None = None) -> None:
+        self.session = session
+        self.every = every
+        self._save = save
+        self._rows = rows
+        self._resume = resume
+        self._on_switch = on_switch
+        self.replaying = resume is not None
+        self.running: dict[int, Task] = {}
+        """Tasks started and not yet applied or released, by index."""
+        self.applies: list[int] = []
+        self.evaluations: list[dict[str, float]] = []
+        self.version = 0
+        self.written: list[int] = []
+        """Versions checkpointed by this backend."""
+
+    # ------------------------------------------------------------------ Backend
+    def start(self, task: Task) -> None:
+        self.running[task.index] = task
+        if not self.replaying:
+            self.session.start(task)
+
+    def apply(self, tasks: Sequence[Task]) -> int:
+        if self.replaying:
+            assert self._resume is not None
+            version = self._resume.applies[len(self.applies)]
+            for t in tasks:
+                self.running.pop(t.index, None)
+            self._log(version)
+            if len(self.applies) == len(self._resume.applies):
+                self._switch(self._resume, tasks)
+            return version
+        version = self.session.apply(tasks)
+        for t in tasks:
+            self.running.pop(t.index, None)
+        before = self.version
+        self._log(version)
+        if self.every is not None and self._save is not None and version != before and version % self.every == 0:
+            self._save(self.snapshot(tasks))
+            self.written.append(version)
+        return version
+
+    def release(self, task: Task, keep_state: bool) -> None:
+        self.running.pop(task.index, None)
+        if not self.replaying:
+            self.session.release(task, keep_state)
+
+    def evaluate(self) -> dict[str, float]:
+        if self.replaying:
+            assert self._resume is not None
+            if len(self.evaluations) >= len(self._resume.evaluations):
+                raise CheckpointError("replay diverged: the clock evaluated more often than the checkpoint logged")
+            metrics = dict(self._resume.evaluations[len(self.evaluations)])
+        else:
+            metrics = self.session.evaluate()
+        self.evaluations.append(dict(metrics))
+        return metrics
+
+    def finished(self) -> None:
+        """The clock returned; a replay that never reached its checkpoint is an error."""
+        if self.replaying:
+            raise CheckpointError(f"replay diverged: the run ended after {len(self.applies)} server updates, before "
+                                  f"the checkpoint's {len(self._resume.applies) if self._resume else 0}")
+
+    # ------------------------------------------------------------------ checkpoints
+    def _log(self, version: int) -> None:
+        self.applies.append(int(version))
+        self.version = int(version)
+
+    def snapshot(self, applied: Sequence[Task]) -> Checkpoint:
+        """The run's state now, right after the ``apply`` of ``applied``, fetched from the actors."""
+        s = self.session
+        server, receives = s.server_snapshot()
+        clients = sorted(s.client_state)
+        states = _fetch(s, [s.client_state[c] for c in clients])
+        tasks = sorted(self.running.values(), key=lambda t: t.index)
+        inputs = [s.task_inputs(t) for t in tasks]
+        distinct: dict[int, int] = {}
+        handles: list[Any] = []
+        for payload, _ in inputs:
+            if id(payload) not in distinct:
+                distinct[id(payload)] = len(handles)
+                handles.append(payload)
+        payloads = s.t.get(handles) if handles else []
+        task_states = _fetch(s, [state for _, state in inputs])
+        return Checkpoint(
+            version=self.version, server=server, receives=receives, clients=dict(zip(clients, states)),
+            payloads=list(payloads),
+            tasks=[RunningTask(t.index, t.client, distinct[id(p)], st)
+                   for t, (p, _), st in zip(tasks, inputs, task_states)],
+            rows=self._rows(), applies=list(self.applies), evaluations=[dict(m) for m in self.evaluations],
+            applied=[{k: float(v) for k, v in t.metrics.items()} for t in applied])
+
+    def _switch(self, ckpt: Checkpoint, applied: Sequence[Task]) -> None:
+        """The replay reached the checkpoint: restore the actors and restart its running tasks."""
+        saved = {t.index: t for t in ckpt.tasks}
+        if set(saved) != set(self.running) or any(self.running[i].client != t.client for i, t in saved.items()) \
+                or self.version != ckpt.version or len(applied) != len(ckpt.applied):
+            raise CheckpointError(f"replay diverged: at the checkpoint of version {ckpt.version} the replayed run has "
+                                  f"version {self.version} and running tasks {sorted(self.running)}, the checkpoint "
+                                  f"{sorted(saved)}")
+        for t, metrics in zip(applied, ckpt.applied):
+            t.metrics = dict(metrics)
+        s = self.session
+        s.restore(ckpt.server, ckpt.receives, ckpt.clients)
+        payloads = [s.t.put(p) for p in ckpt.payloads]
+        for index in sorted(saved):
+            t = saved[index]
+            s.restart(self.running[index], payloads[t.payload], None if t.state is None else s.t.put(t.state))
+        self.replaying = False
+        if self._on_switch is not None:
+            self._on_switch(ckpt)
+
+
+def _fetch(session: Session, handles: list[Any]) -> list[Any]:
+    """The values of transport handles, None staying None."""
+    present = [h for h in handles if h is not None]
+    values = iter(session.t.get(present) if present else [])
+    return [None if h is None else next(values) for h in handles]
