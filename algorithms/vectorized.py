@@ -1,0 +1,246 @@
+"""Vectorized clients: the local SGD of K clients of one architecture run in lock-step.
+
+:func:`vectorized_local_sgd` does for K clients at once what
+:func:`~fedclock.algorithms.training.local_sgd` does for one, with ``torch.func``: the K
+clients' weights are stacked (one ``[K, *shape]`` tensor per parameter), the model runs
+through ``vmap(functional_call)`` on per-client batches, one backward pass gives every
+client's gradient (the clients' losses are summed; they share no weights, so each client's
+gradient is that of its own loss), and the SGD update is done on the stacked tensors.
+
+Same numbers as the sequential loop (up to float rounding; tested):
+
+* **Batches**: each client's index batches are drawn with
+  :func:`~fedclock.algorithms.training.batches` from its own task generator, before any
+  training, exactly as the sequential loop draws them (nothing else draws from that
+  generator during supervised local SGD), so every client sees the same samples in the
+  same order.
+* **Padding and masks**: the batches of a client with fewer than ``batch_size`` samples are
+  smaller; they are padded to the largest batch of the group, and the padded samples get
+  weight 0 in a masked mean (``sum(mask * loss) / sum(mask)``, the sequential batch mean).
+  A client that has run all its steps (fewer samples, partial work) is masked out of the
+  remaining steps: its weights and momentum buffer no longer change, its loss is not
+  counted.
+* **Update** (``torch.optim.SGD``'s rule, per client, with that client's hyper-parameters):
+  gradient of the batch loss plus ``mu * (w - center)`` when a proximal term
+  ``mu/2 ||w - center||^2`` is set; clipping of the whole gradient to ``max_grad_norm``
+  (``clip_grad_norm_``'s ``max / (norm + 1e-6)`` factor, capped at 1); weight decay
+  ``g + wd * w``; momentum ``b <- m b + g`` (the buffer starts at zero, which equals
+  PyTorch's first-step ``b = g``); ``w <- w - lr * b``.
+* **Metrics**: ``train_loss`` = mean over the steps run of the batch loss before the step
+  (float32 sum on the device, as the sequential loop), ``steps`` = steps run; a client with
+  no samples or no steps gets its start weights back and ``train_loss`` NaN.
+
+Not supported (rejected with a ValueError): models with buffers (BatchNorm running
+statistics) or dropout, other batch losses than cross-entropy, gradient hooks. Which models
+the scenario loader accepts is :data:`VECTOR_MODELS` (each is tested).
+
+An algorithm opts in by setting ``vectorizable: ClassVar[bool] = True`` in its own class
+body (a subclass does not inherit it: :func:`is_vectorizable`) and implementing
+:class:`VectorizableAlgorithm`'s two methods, which split its client step into the local
+SGD it runs and what it makes of the result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.training import batches
+
+if TYPE_CHECKING:
+    from fedclock.algorithms.base import Algorithm
+
+VECTOR_MODELS: tuple[str, ...] = ("mlp", "logistic", "cnn5", "spfl_cnn", "conv_gn")
+"""Models that vectorized execution supports (no BatchNorm statistics, no dropout)."""
+
+
+@dataclass
+class SGDTask:
+    """One client's local SGD as :func:`vectorized_local_sgd` runs it: the same inputs as
+    :func:`~fedclock.algorithms.training.local_sgd` (start weights, data, hyper-parameters,
+    task generator, step count), plus an optional proximal term ``mu/2 ||w - center||^2``
+    (``center`` defaults to the start weights)."""
+
+    start: torch.Tensor
+    data: ClientData
+    params: AlgorithmParams
+    rng: torch.Generator
+    steps: int
+    prox_mu: float = 0.0
+    prox_center: torch.Tensor | None = None
+
+
+class VectorizableAlgorithm(Protocol):
+    """What an algorithm implements to be run K clients at a time (besides the
+    ``vectorizable`` flag)."""
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The local SGD ``client_update`` would run (drawing from ``rng`` what it draws first)."""
+        ...
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """The result ``client_update`` returns after that SGD ended at ``local``."""
+        ...
+
+
+def is_vectorizable(cls: type) -> bool:
+    """True when ``cls`` itself (not a base class) declares ``vectorizable = True``."""
+    return bool(cls.__dict__.get("vectorizable", False))
+
+
+def vectorize_problem(cls: type, params: Any, model_name: str) -> str | None:
+    """A one-line error (starting with the field path) when ``cls`` with ``params`` cannot
+    run vectorized on ``model_name``; None when it can."""
+    if not is_vectorizable(cls):
+        return f"algorithm {getattr(cls, 'name', cls.__name__)!r} does not support vectorized clients"
+    if model_name not in VECTOR_MODELS:
+        return (f"model {model_name!r} is not supported by vectorized clients "
+                f"(allowed: {', '.join(VECTOR_MODELS)})")
+    problem = getattr(cls, "vectorize_params_problem", None)
+    return problem(params) if problem is not None else None
+
+
+def client_updates(algorithm: Algorithm, payloads: Sequence[Tensors], states: Sequence[Tensors | None],
+                   datas: Sequence[ClientData], rngs: Sequence[torch.Generator]) -> list[ClientResult]:
+    """``client_update`` of K clients, their local SGD run by :func:`vectorized_local_sgd`."""
+    if not is_vectorizable(type(algorithm)):
+        raise ValueError(f"algorithm {algorithm.name!r} does not support vectorized clients")
+    alg: Any = algorithm
+    tasks = [alg.sgd_task(p, s, d, r) for p, s, d, r in zip(payloads, states, datas, rngs)]
+    outs = vectorized_local_sgd(algorithm.workspace, algorithm.model_factory, tasks)
+    return [alg.sgd_result(p, s, d, local, metrics)
+            for p, s, d, (local, metrics) in zip(payloads, states, datas, outs)]
+
+
+def check_model(model: nn.Module) -> None:
+    """Raise ValueError when ``model`` cannot be trained vectorized."""
+    if any(True for _ in model.buffers()):
+        raise ValueError("vectorized clients: the model has buffers (e.g. BatchNorm running statistics)")
+    bad = [type(m).__name__ for m in model.modules()
+           if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd))]
+    if bad:
+        raise ValueError(f"vectorized clients: unsupported layer {bad[0]}")
+
+
+def _per_client(values: Sequence[float], device: torch.device) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=torch.float32, device=device)
+
+
+def _index_plan(tasks: Sequence[SGDTask], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(index [S, K, B] into the concatenated train sets, sample mask [S, K, B], step mask
+    [S, K]) with S the most steps and B the largest batch of the group."""
+    sizes = [min(t.params.batch_size, t.data.num_train) for t in tasks]
+    k, b = len(tasks), max(max(sizes), 1)
+    steps = [t.steps if t.data.num_train > 0 else 0 for t in tasks]
+    s = max(steps)
+    index = torch.zeros(s, k, b, dtype=torch.long)
+    mask = torch.zeros(s, k, b, dtype=torch.float32)
+    offset = 0
+    for j, task in enumerate(tasks):
+        n = task.data.num_train
+        if steps[j] > 0:
+            drawn = torch.stack(list(batches(n, task.params.batch_size, steps[j], task.rng)))
+            index[:steps[j], j, :sizes[j]] = drawn + offset
+            mask[:steps[j], j, :sizes[j]] = 1.0
+        offset += n
+    active = torch.zeros(s, k, dtype=torch.bool)
+    for j, n_steps in enumerate(steps):
+        active[:n_steps, j] = True
+    return index.to(device), mask.to(device), active.to(device)
+
+
+def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
+                         tasks: Sequence[SGDTask]) -> list[tuple[torch.Tensor, dict[str, float]]]:
+    """Run every task's local SGD (see the module docstring) and return, per task, what
+    :func:`~fedclock.algorithms.training.local_sgd` returns: the final flat float32 weights
+    (a CPU copy) and ``{"train_loss", "steps"}``. ``model`` is a workspace of the
+    architecture (its own weights are not used or changed); the data must be on its device."""
+    if not tasks:
+        return []
+    check_model(model)
+    for t in tasks:
+        if t.steps < 0:
+            raise ValueError(f"vectorized_local_sgd: steps must be >= 0, got {t.steps}")
+    names = [name for name, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    device = next(model.parameters()).device
+    k = len(tasks)
+    starts = torch.stack([t.start.detach().to(device=device, dtype=torch.float32) for t in tasks])
+    if starts.shape[1] != factory.num_params:
+        raise ValueError(f"flat vector has {starts.shape[1]} values, the model {factory.num_params}")
+    index, mask, active = _index_plan(tasks, device)
+    num_steps = index.shape[0]
+    if num_steps == 0:
+        return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
+                for t in tasks]
+
+    def split(flat: torch.Tensor) -> list[torch.Tensor]:
+        out, offset = [], 0
+        for shape in shapes:
+            n = shape.numel()
+            out.append(flat[:, offset:offset + n].reshape(k, *shape).contiguous())
+            offset += n
+        return out
+
+    weights = split(starts)
+    nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
+    x_all = torch.cat(nonempty)
+    y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
+    lr = _per_client([t.params.lr for t in tasks], device)
+    momentum = _per_client([t.params.momentum for t in tasks], device)
+    decay = _per_client([t.params.weight_decay for t in tasks], device)
+    clip = [t.params.max_grad_norm for t in tasks]
+    max_norm = _per_client([c if c is not None else 0.0 for c in clip], device)
+    clipped = torch.tensor([c is not None for c in clip], device=device)
+    mu = _per_client([t.prox_mu for t in tasks], device)
+    proximal = bool((mu > 0).any())
+    centers = split(torch.stack([(t.prox_center if t.prox_center is not None else t.start).detach()
+                                 .to(device=device, dtype=torch.float32) for t in tasks])) if proximal else []
+    use_momentum = bool((momentum > 0).any())
+    use_decay = bool((decay > 0).any())
+    buffers = [torch.zeros_like(w) for w in weights] if use_momentum else []
+    loss_sum = torch.zeros(k, device=device)
+
+    def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, params, (x,))
+
+    batched = vmap(forward)
+
+    def col(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return v.view(-1, *([1] * (like.dim() - 1)))
+
+    for s in range(num_steps):
+        leaves = [w.detach().requires_grad_(True) for w in weights]
+        idx, m, on = index[s], mask[s], active[s]
+        logits = batched(dict(zip(names, leaves)), x_all[idx])
+        per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
+        losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
+        grads = list(torch.autograd.grad(losses.sum(), leaves))
+        with torch.no_grad():
+            loss_sum += torch.where(on, losses.detach(), torch.zeros_like(losses))
+            if proximal:
+                grads = [g + col(mu, g) * (w - c) for g, w, c in zip(grads, weights, centers)]
+            if clipped.any():
+                norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
+                factor = torch.where(clipped, (max_norm / (norms + 1e-6)).clamp(max=1.0), torch.ones_like(norms))
+                grads = [g * col(factor, g) for g in grads]
+            if use_decay:
+                grads = [g + col(decay, g) * w for g, w in zip(grads, weights)]
+            if use_momentum:
+                new_buffers = [col(momentum, b) * b + g for b, g in zip(buffers, grads)]
+                buffers = [torch.where(col(on, b), nb, b) for b, nb in zip(buffers, new_buffers)]
+                grads = new_buffers
+            weights = [torch.where(col(on, w), w - col(lr, w) * g, w) for w, g in zip(weights, grads)]
+    flat = torch.cat([w.reshape(k, -1) for w in weights], dim=1).cpu()
+    done = active.sum(0).tolist()
+    sums = loss_sum.cpu()
+    return [(flat[j].clone(), {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"),
+                               "steps": int(done[j])}) for j in range(k)]
