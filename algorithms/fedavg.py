@@ -75,8 +75,8 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
     def vectorize_params_problem(cls, params: FedAvgParams) -> str | None:
         """Vectorized clients train the supervised objective only."""
         if getattr(params, "objective", "supervised") != "supervised":
-            return (f"algorithm.objective: vectorized clients train the supervised objective only "
-                    f"(got {params.objective!r})")
+            return (f"vectorized clients train the supervised objective only "
+                    f"(algorithm.objective is {params.objective!r})")
         return None
 
     def payload_for(self, state: ServerState, client: int) -> Tensors:

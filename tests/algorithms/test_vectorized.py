@@ -134,7 +134,7 @@ def test_opt_in_is_per_class_and_checked() -> None:
     assert "does not support vectorized clients" in str(vectorize_problem(FedExp, FedExp.Params(), "mlp"))
     assert "resnet18_gn" in str(vectorize_problem(FedAvg, FedAvgParams(), "resnet18_gn"))
     assert "resnet18_gn" not in VECTOR_MODELS
-    assert str(vectorize_problem(FedAvg, FedAvgParams(objective="simclr"), "mlp")).startswith("algorithm.objective")
+    assert "algorithm.objective is 'simclr'" in str(vectorize_problem(FedAvg, FedAvgParams(objective="simclr"), "mlp"))
     alg = FedExp(FedExp.Params(), ModelFactory("mlp", (6,), 3, hidden=(8,)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="vectorized"):
         client_updates(alg, [], [], [], [])
