@@ -208,6 +208,10 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     use_decay = bool((decay > 0).any())
     buffers = [torch.zeros_like(w) for w in weights] if use_momentum else []
     loss_sum = torch.zeros(k, device=device)
+    every_step_all = bool(active.all())
+    lr_0, momentum_0 = tasks[0].params.lr, tasks[0].params.momentum
+    same_lr = all(t.params.lr == lr_0 for t in tasks)
+    same_momentum = all(t.params.momentum == momentum_0 for t in tasks)
 
     def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(model, params, (x,))
@@ -218,27 +222,45 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         return v.view(-1, *([1] * (like.dim() - 1)))
 
     for s in range(num_steps):
-        leaves = [w.detach().requires_grad_(True) for w in weights]
+        leaves = [w.requires_grad_(True) for w in weights]
         idx, m, on = index[s], mask[s], active[s]
         logits = batched(dict(zip(names, leaves)), x_all[idx])
         per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
         losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
         grads = list(torch.autograd.grad(losses.sum(), leaves))
+        weights = [w.detach() for w in leaves]
         with torch.no_grad():
-            loss_sum += torch.where(on, losses.detach(), torch.zeros_like(losses))
+            # in place where possible: fresh large tensors every step cost more than the arithmetic
+            all_on = every_step_all or bool(on.all())
+            loss_sum += losses if all_on else losses * on
             if proximal:
-                grads = [g + col(mu, g) * (w - c) for g, w, c in zip(grads, weights, centers)]
+                for g, w, c in zip(grads, weights, centers):
+                    g.add_(col(mu, g) * (w - c))
             if clipped.any():
                 norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
                 factor = torch.where(clipped, (max_norm / (norms + 1e-6)).clamp(max=1.0), torch.ones_like(norms))
-                grads = [g * col(factor, g) for g in grads]
+                for g in grads:
+                    g.mul_(col(factor, g))
             if use_decay:
-                grads = [g + col(decay, g) * w for g, w in zip(grads, weights)]
+                for g, w in zip(grads, weights):
+                    g.addcmul_(col(decay, g), w)
+            step_lr = lr if all_on else lr * on
+            if not all_on:  # a finished client's gradient is zeroed and its momentum kept (factor 1)
+                for g in grads:
+                    g.mul_(col(on.to(g.dtype), g))
             if use_momentum:
-                new_buffers = [col(momentum, b) * b + g for b, g in zip(buffers, grads)]
-                buffers = [torch.where(col(on, b), nb, b) for b, nb in zip(buffers, new_buffers)]
-                grads = new_buffers
-            weights = [torch.where(col(on, w), w - col(lr, w) * g, w) for w, g in zip(weights, grads)]
+                keep = momentum if all_on else torch.where(on, momentum, torch.ones_like(momentum))
+                for b, g in zip(buffers, grads):
+                    if all_on and same_momentum:
+                        b.mul_(momentum_0).add_(g)
+                    else:
+                        b.mul_(col(keep, b)).add_(g)
+                grads = buffers
+            for w, g in zip(weights, grads):
+                if all_on and same_lr:  # torch.optim.SGD's own update: w + (-lr) g
+                    w.add_(g, alpha=-lr_0)
+                else:
+                    w.addcmul_(col(step_lr, w), g, value=-1.0)
     flat = torch.cat([w.reshape(k, -1) for w in weights], dim=1).cpu()
     done = active.sum(0).tolist()
     sums = loss_sum.cpu()
