@@ -173,24 +173,39 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     shapes = [p.shape for _, p in model.named_parameters()]
     device = next(model.parameters()).device
     k = len(tasks)
-    starts = torch.stack([t.start.detach().to(device=device, dtype=torch.float32) for t in tasks])
-    if starts.shape[1] != factory.num_params:
-        raise ValueError(f"flat vector has {starts.shape[1]} values, the model {factory.num_params}")
+    for t in tasks:
+        if t.start.numel() != factory.num_params:
+            raise ValueError(f"flat vector has {t.start.numel()} values, the model {factory.num_params}")
     index, mask, active = _index_plan(tasks, device)
     num_steps = index.shape[0]
     if num_steps == 0:
         return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
                 for t in tasks]
 
-    def split(flat: torch.Tensor) -> list[torch.Tensor]:
+    # Matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's batched
+    # matmul then produces their gradients in this layout, and the in-place update reads both
+    # tensors contiguously (in the [K, out, in] layout the gradient arrives transposed and the
+    # update's strided reads cost more than the whole forward and backward pass).
+    transposed = [len(shape) == 2 for shape in shapes]
+
+    def split(vectors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Per-client flat vectors -> one stacked tensor per parameter (client by client:
+        a batched transposing copy is several times slower)."""
         out, offset = [], 0
-        for shape in shapes:
+        for shape, flip in zip(shapes, transposed):
             n = shape.numel()
-            out.append(flat[:, offset:offset + n].reshape(k, *shape).contiguous())
+            stored = torch.empty(k, *(tuple(reversed(shape)) if flip else shape), device=device)
+            for j, vector in enumerate(vectors):
+                piece = vector[offset:offset + n].view(shape)
+                stored[j].copy_(piece.t() if flip else piece)
+            out.append(stored)
             offset += n
         return out
 
-    weights = split(starts)
+    def as_param(stored: torch.Tensor, flip: bool) -> torch.Tensor:
+        return stored.transpose(1, 2) if flip else stored
+
+    weights = split([t.start.detach() for t in tasks])
     nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
     x_all = torch.cat(nonempty)
     y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
@@ -202,8 +217,8 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     clipped = torch.tensor([c is not None for c in clip], device=device)
     mu = _per_client([t.prox_mu for t in tasks], device)
     proximal = bool((mu > 0).any())
-    centers = split(torch.stack([(t.prox_center if t.prox_center is not None else t.start).detach()
-                                 .to(device=device, dtype=torch.float32) for t in tasks])) if proximal else []
+    centers = split([(t.prox_center if t.prox_center is not None else t.start).detach() for t in tasks]) \
+        if proximal else []
     use_momentum = bool((momentum > 0).any())
     use_decay = bool((decay > 0).any())
     buffers = [torch.zeros_like(w) for w in weights] if use_momentum else []
@@ -224,7 +239,7 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     for s in range(num_steps):
         leaves = [w.requires_grad_(True) for w in weights]
         idx, m, on = index[s], mask[s], active[s]
-        logits = batched(dict(zip(names, leaves)), x_all[idx])
+        logits = batched({n: as_param(w, f) for n, w, f in zip(names, leaves, transposed)}, x_all[idx])
         per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
         losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
         grads = list(torch.autograd.grad(losses.sum(), leaves))
@@ -261,7 +276,13 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
                     w.add_(g, alpha=-lr_0)
                 else:
                     w.addcmul_(col(step_lr, w), g, value=-1.0)
-    flat = torch.cat([w.reshape(k, -1) for w in weights], dim=1).cpu()
+    flat = torch.empty(k, factory.num_params)
+    offset = 0
+    for w, shape, flip in zip(weights, shapes, transposed):
+        n = shape.numel()
+        for j in range(k):
+            flat[j, offset:offset + n].view(shape).copy_(w[j].t() if flip else w[j])
+        offset += n
     done = active.sum(0).tolist()
     sums = loss_sum.cpu()
     return [(flat[j].clone(), {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"),

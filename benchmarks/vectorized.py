@@ -17,7 +17,8 @@ project's default hidden layer on 8x8 inputs (digits) and the FedAvg paper's 784
 "2NN" on 28x28, the SPFL/PLGA CNN on 8x8 and 28x28, and the FedReCo 5-layer CNN (``cnn5``)
 on 8x8. Each side runs once as a warm-up (2 steps), then is timed once; both sides must end
 at the same weights (the largest difference is printed). One line per configuration:
-samples/s of both sides and the ratio vectorized / plain.
+samples/s of both sides (wall time) and the ratio vectorized / plain, and the ratio of the
+CPU seconds this process spent on each side (steadier than wall time on a shared machine).
 
     python benchmarks/vectorized.py [--clients 32] [--samples 100] [--batch 10] [--threads 1]
                                     [--configs mlp:8:128,mlp:28:200-200,spfl_cnn:8,spfl_cnn:28,cnn5:8]
@@ -96,16 +97,17 @@ def main() -> None:
         start = factory.initial_weights(torch.Generator().manual_seed(0))
         plain_loop(factory, start, data, args.batch, 2)
         vectorized(factory, start, data, args.batch, 2)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plain_w = plain_loop(factory, start, data, args.batch, steps)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         vec_w = vectorized(factory, start, data, args.batch, steps)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         plain_s, vec_s = t1 - t0, t2 - t1
         diff = max(float((a - b).abs().max()) for a, b in zip(plain_w, vec_w))
         print(f"{config:16s} params={factory.num_params:>9,d}  plain {total / plain_s:>8,.0f} samples/s "
               f"({plain_s:6.2f} s)  vectorized {total / vec_s:>8,.0f} samples/s ({vec_s:6.2f} s)  "
-              f"ratio {plain_s / vec_s:5.2f}x  max|dw|={diff:.1e}", flush=True)
+              f"ratio {plain_s / vec_s:5.2f}x  (CPU-time ratio {(c1 - c0) / (c2 - c1):5.2f}x)  max|dw|={diff:.1e}",
+              flush=True)
 
 
 if __name__ == "__main__":
