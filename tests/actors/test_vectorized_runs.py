@@ -98,7 +98,7 @@ def test_a_killed_executor_reruns_its_group_with_the_same_numbers(ray_runtime: R
     import ray
 
     cfg = {"backend": "ray", "num_actors": 2, "placement": "pooled", "vectorize": 3}
-    calm = _run(tmp_path / "calm", Runtime("inline"), runtime={**cfg, "backend": "inline"}, stop={"rounds": 3})
+    calm = _run(tmp_path / "calm", Runtime("inline"), runtime={**cfg, "backend": "inline"}, stop={"rounds": 2})
     original = Session._start_groups
     kills: list[int] = []
 
@@ -109,7 +109,7 @@ def test_a_killed_executor_reruns_its_group_with_the_same_numbers(ray_runtime: R
             kills.append(len(groups))
 
     monkeypatch.setattr(Session, "_start_groups", start_and_kill)
-    hit = _run(tmp_path / "hit", ray_runtime, runtime=cfg, stop={"rounds": 3})
+    hit = _run(tmp_path / "hit", ray_runtime, runtime=cfg, stop={"rounds": 2})
     assert kills == [2, 2]
     pd.testing.assert_frame_equal(calm[0], hit[0], check_exact=True)
     pd.testing.assert_frame_equal(calm[1], hit[1], check_exact=True)
