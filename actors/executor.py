@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from fedclock.algorithms.base import Algorithm, ClientData, EvalResult, ServerState, Tensors
+from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, EvalResult, ServerState, Tensors
+from fedclock.algorithms.vectorized import client_updates
 from fedclock.scenarios.federation import Federation
 from fedclock.scheduling.rng import Stream, torch_rng
 
@@ -66,15 +67,41 @@ class ClientExecutor:
         :data:`STATE_KEPT`; upload and state come back compact (see :func:`compact`)."""
         assert self.algorithm is not None, "executor used before setup()"
         rng = torch_rng(self.seed, Stream.TASK, client, client_task)
-        data = self._data(client)
-        if steps is not None:
-            data = dataclasses.replace(data, steps=steps)
+        data = self._task_data(client, steps)
         result = self.algorithm.client_update(payload, client_state, data, rng)
+        return compact(result.upload), compact(result.state), self._reported(result, data)
+
+    def train_many(self, *inputs: object) -> tuple[object, ...]:
+        """K tasks trained at once (vectorized clients, :mod:`fedclock.algorithms.vectorized`).
+        ``inputs`` are K consecutive groups of :meth:`train`'s five arguments (flat, so that
+        Ray resolves the object references among them); returns the K results flat, as
+        ``upload_1, state_1, metrics_1, upload_2, ...``, equal to :meth:`train`'s within
+        float rounding; uploads and states come back compact (see :func:`compact`)."""
+        assert self.algorithm is not None, "executor used before setup()"
+        if len(inputs) % 5:
+            raise ValueError(f"train_many: expected groups of 5 arguments, got {len(inputs)}")
+        tasks = [inputs[i:i + 5] for i in range(0, len(inputs), 5)]
+        datas = [self._task_data(int(t[0]), t[4]) for t in tasks]  # type: ignore[call-overload, arg-type]
+        rngs = [torch_rng(self.seed, Stream.TASK, int(t[0]), int(t[1])) for t in tasks]  # type: ignore[call-overload]
+        results = client_updates(self.algorithm, [t[2] for t in tasks], [t[3] for t in tasks],  # type: ignore[misc]
+                                 datas, rngs)
+        out: list[object] = []
+        for result, data in zip(results, datas):
+            out += [compact(result.upload), compact(result.state), self._reported(result, data)]
+        return tuple(out)
+
+    def _task_data(self, client: int, steps: int | None) -> ClientData:
+        data = self._data(client)
+        return data if steps is None else dataclasses.replace(data, steps=steps)
+
+    def _reported(self, result: ClientResult, data: ClientData) -> dict[str, float]:
+        """The result's metrics with ``"steps"``, the steps the client reports it ran."""
+        assert self.algorithm is not None
         metrics = dict(result.metrics)
         done = result.steps if result.steps is not None else metrics.get("steps")
         metrics["steps"] = float(self.algorithm.task_steps(data) if done is None else done)
         metrics[STATE_KEPT] = float(result.state is not None)
-        return compact(result.upload), compact(result.state), metrics
+        return metrics
 
     def evaluate_global(self, state: ServerState, start: int, stop: int, batch_size: int) -> EvalResult:
         """The global model (per the algorithm) on samples ``start:stop`` of the global test set."""

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedclock.actors.executor import STATE_KEPT, ClientExecutor
+from fedclock.actors.grouping import InstantGroups
 from fedclock.actors.server import Server
 from fedclock.actors.wire import to_wire
 from fedclock.algorithms.base import Algorithm, EvalResult, ServerState, Tensors
@@ -110,6 +111,10 @@ class RayClientExecutor(ClientExecutor):
               steps: int | None = None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
         upload, state, metrics = super().train(client, client_task, payload, client_state, steps)
         return to_wire(upload), to_wire(state), metrics
+
+    def train_many(self, *inputs: object) -> tuple[object, ...]:
+        results = super().train_many(*inputs)
+        return tuple(r if i % 3 == 2 else to_wire(r) for i, r in enumerate(results))
 
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:
@@ -267,10 +272,12 @@ class Runtime:
             self._server = None
             server = self._server_actor(cfg)
             t.get(t.call(server, "setup", alg_h, seed))
-        placement = cfg.placement or ("dedicated" if count == federation.num_clients else "pooled")
+        placement = cfg.placement or ("dedicated" if count == federation.num_clients and cfg.vectorize == 1
+                                      else "pooled")
         return Session(t, server, executors, placement, federation.num_clients,
                        federation.client_sizes(), algorithm.payload_is_shared, evaluation_batch, personalized,
-                       respawn=lambda slot: self._respawn(cfg, slot, setup), num_test=int(federation.y_test.shape[0]))
+                       respawn=lambda slot: self._respawn(cfg, slot, setup), num_test=int(federation.y_test.shape[0]),
+                       vectorize=cfg.vectorize)
 
     def _kill(self, actors: Sequence[Any]) -> None:
         if self.backend == "ray":
@@ -308,6 +315,8 @@ class _Running:
     state: Any
     metrics: Any
     tries: int = 0
+    group: list["_Running"] | None = None
+    """The tasks trained together with this one (vectorized clients), itself included."""
 
 
 class Session:
@@ -319,11 +328,18 @@ class Session:
     A task re-run more than :data:`MAX_TASK_RETRIES` times ends the run with :class:`ActorLost`;
     the server actor dying raises :class:`ServerLost`, after which a run with checkpoints goes
     on from its last one on a fresh server (a new session, replayed up to the checkpoint and
-    restored through :meth:`restore` and :meth:`restart`, see :mod:`fedclock.actors.replay`)."""
+    restored through :meth:`restore` and :meth:`restart`, see :mod:`fedclock.actors.replay`).
+
+    With ``vectorize`` K > 1 (vectorized clients, pooled placement) the tasks started at one
+    virtual instant are held back and sent in groups of at most K to ``train_many`` when the
+    clock next calls ``apply``/``release``/``evaluate`` or starts a task at a later instant
+    (:mod:`fedclock.actors.grouping`); a group whose executor died is re-run whole. Tasks
+    restarted from a checkpoint are grouped among themselves, so a resumed vectorized run
+    equals the uninterrupted one within float rounding (bit for bit without vectorizing)."""
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
                  client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
-                 respawn: Callable[[int], Any] | None = None, num_test: int = 0) -> None:
+                 respawn: Callable[[int], Any] | None = None, num_test: int = 0, vectorize: int = 1) -> None:
         self.t = transport
         self.num_test = num_test
         """Size of the global test set (evaluated in chunks on the executors)."""
@@ -341,19 +357,25 @@ class Session:
         self._respawn = respawn
         self._load = [0] * len(executors)
         self._payload: tuple[int, Any] | None = None
+        self._groups: InstantGroups[_Running] | None = InstantGroups(vectorize) if vectorize > 1 else None
 
     # ------------------------------------------------------------------ Backend
     def start(self, task: Task) -> None:
         self._launch(task, self._payload_for(task.client), self.client_state.get(task.client))
 
     def _launch(self, task: Task, payload: Any, state: Any) -> None:
+        inputs = (task.client, task.client_task, payload, state, task.steps)
+        if self._groups is not None:
+            task.handle = _Running(-1, inputs, None, None, None)
+            self._start_groups(self._groups.add(task.dispatched_at, task.handle))
+            return
         slot = task.client if self.placement == "dedicated" else min(range(len(self.executors)),
                                                                       key=self._load.__getitem__)
         self._load[slot] += 1
-        inputs = (task.client, task.client_task, payload, state, task.steps)
         task.handle = _Running(slot, inputs, *self._train(slot, inputs))
 
     def apply(self, tasks: Sequence[Task]) -> int:
+        self._flush()
         try:  # one round trip for the cohort; a failure is sorted out task by task
             metrics = list(self.t.get([t.handle.metrics for t in tasks]))
         except Exception:
@@ -367,9 +389,11 @@ class Session:
         return self.version
 
     def release(self, task: Task, keep_state: bool) -> None:
+        self._flush()
         self._finish(task, keep_state, metrics=self._metrics(task.handle) if keep_state else None)
 
     def evaluate(self) -> dict[str, float]:
+        self._flush()
         g = self._global()
         out = {"global_accuracy": g.accuracy, "global_loss": g.loss}
         if self.personalized:
@@ -380,6 +404,7 @@ class Session:
 
     def final_states(self) -> tuple[Any, dict[int, Any]]:
         """The server's global state and every client's kept state (fetched), after a run."""
+        self._flush()
         server_state = self.t.get(self.t.call(self.server, "current_state"))
         clients = sorted(self.client_state)
         values = self.t.get([self.client_state[c] for c in clients]) if clients else []
@@ -411,6 +436,26 @@ class Session:
     def _train(self, slot: int, inputs: tuple[Any, ...]) -> Any:
         return self.t.call(self.executors[slot], "train", *inputs, num_returns=3)
 
+    def _flush(self) -> None:
+        """Send every held-back task (vectorized clients) to the executors."""
+        if self._groups is not None and len(self._groups):
+            self._start_groups(self._groups.flush())
+
+    def _start_groups(self, groups: list[list[_Running]]) -> None:
+        """Each group to the least loaded executor, trained at once there."""
+        for group in groups:
+            slot = min(range(len(self.executors)), key=self._load.__getitem__)
+            self._load[slot] += len(group)
+            for running in group:
+                running.slot, running.group = slot, group
+            self._train_group(group)
+
+    def _train_group(self, group: list[_Running]) -> None:
+        refs = self.t.call(self.executors[group[0].slot], "train_many",
+                           *[value for running in group for value in running.inputs], num_returns=3 * len(group))
+        for j, running in enumerate(group):
+            running.upload, running.state, running.metrics = refs[3 * j:3 * j + 3]
+
     def _metrics(self, running: _Running) -> dict[str, float]:
         """The task's metrics; a task whose executor died is re-run on a fresh one."""
         while True:
@@ -423,7 +468,10 @@ class Session:
                     raise ActorLost(f"{what}: its executor died {running.tries} times in a row (at most "
                                     f"{MAX_TASK_RETRIES} re-runs); see the Ray logs for why the actors die") from None
                 self._replace(running.slot, exc, what)
-                running.upload, running.state, running.metrics = self._train(running.slot, running.inputs)
+                if running.group is not None:  # the whole group, so every member gets the same numbers as before
+                    self._train_group(running.group)
+                else:
+                    running.upload, running.state, running.metrics = self._train(running.slot, running.inputs)
 
     def _replace(self, slot: int, exc: Exception, what: str) -> None:
         """Re-raise ``exc`` unless it reports the death of the executor at ``slot``; then put a

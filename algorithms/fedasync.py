@@ -9,6 +9,7 @@ from pydantic import Field
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
 from fedclock.algorithms.training import model_result, proximal_loss, train_from
+from fedclock.algorithms.vectorized import SGDTask
 
 StalenessFn = Literal["constant", "polynomial", "hinge"]
 
@@ -58,6 +59,8 @@ class FedAsync(Algorithm[FedAsyncParams]):
       order, each with its own staleness, as one version. An empty call returns
       ``(state, False)``.
     * Sample counts do not enter the rule (as in the paper).
+    * Vectorized clients: supported (the client step is plain local SGD of the shared loop,
+      with the proximal gradient ``rho (w - w_tau)`` when ``rho > 0``).
     """
 
     name: ClassVar[str] = "fedasync"
@@ -65,12 +68,23 @@ class FedAsync(Algorithm[FedAsyncParams]):
     paper: ClassVar[str] = "Xie, Koyejo, Gupta, Asynchronous Federated Optimization, arXiv:1903.03934, 2019"
     Params: ClassVar[type[AlgorithmParams]] = FedAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
+    vectorizable: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         start = payload["weights"]
         extra = proximal_loss(start, self.params.rho, self.workspace) if self.params.rho > 0 else None
         local, metrics = train_from(self, start, data, rng, extra_loss=extra)
+        return self.sgd_result(payload, client_state, data, local, metrics)
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The client step's local SGD (for vectorized clients)."""
+        return SGDTask(payload["weights"], data, self.params, rng, self.task_steps(data), prox_mu=self.params.rho)
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """Upload the local model under ``"weights"``."""
         return model_result(local, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],

@@ -12,6 +12,7 @@ from fedclock.algorithms.schedules import ScheduleParams, decayed, params_for_ro
     round_payload
 from fedclock.algorithms.ssl import ObjectiveMixin, ObjectiveParams
 from fedclock.algorithms.training import delta_result, local_sgd
+from fedclock.algorithms.vectorized import SGDTask
 
 
 class FedAvgParams(ScheduleParams, ObjectiveParams):
@@ -55,6 +56,10 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
       ``simsiam`` make it the FedAvg baseline of unsupervised federated representation
       learning (FedStyle's Table 1 "FedAvg"): the model is encoder + projector (+ predictor),
       the local loss is the unlabeled two-view objective, and the whole model is averaged.
+    * Vectorized clients (``runtime.vectorize``, :mod:`~fedclock.algorithms.vectorized`):
+      supported with the ``supervised`` objective (the client step is plain local SGD of the
+      shared loop); the unlabeled objectives are rejected by the loader. Subclasses do not
+      inherit this.
     """
 
     name: ClassVar[str] = "fedavg"
@@ -64,6 +69,15 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
                             "Decentralized Data, AISTATS 2017")
     Params: ClassVar[type[AlgorithmParams]] = FedAvgParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    vectorizable: ClassVar[bool] = True
+
+    @classmethod
+    def vectorize_params_problem(cls, params: FedAvgParams) -> str | None:
+        """Vectorized clients train the supervised objective only."""
+        if getattr(params, "objective", "supervised") != "supervised":
+            return (f"vectorized clients train the supervised objective only "
+                    f"(algorithm.objective is {params.objective!r})")
+        return None
 
     def payload_for(self, state: ServerState, client: int) -> Tensors:
         return {"weights": state.tensors["weights"], **round_payload(self.params, state.version)}
@@ -86,9 +100,19 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
-        start = payload["weights"]
         local, metrics = self.local_train(payload, data, rng, loss_fn=self.objective_loss(rng))
-        return delta_result(local, start, client_state, data, metrics)
+        return self.sgd_result(payload, client_state, data, local, metrics)
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The supervised client step's local SGD (for vectorized clients)."""
+        params = params_for_round(self.params, payload_round(payload))
+        return SGDTask(payload["weights"], data, params, rng, self.task_steps(data))
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """Upload ``"delta" = local - w_t``; the client state passes through."""
+        return delta_result(local, payload["weights"], client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

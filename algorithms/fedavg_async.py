@@ -8,6 +8,7 @@ import torch
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
 from fedclock.algorithms.training import model_result, train_from
+from fedclock.algorithms.vectorized import SGDTask
 
 
 class FedAvgAsyncParams(AlgorithmParams):
@@ -30,6 +31,7 @@ class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
       each with **equal weight** -- neither the sample counts nor the staleness enter, which
       is how the paper describes the baseline. An empty round returns ``(state, False)``;
       otherwise the version advances by one.
+    * Vectorized clients: supported (the client step is plain local SGD of the shared loop).
     """
 
     name: ClassVar[str] = "fedavg_async"
@@ -38,10 +40,21 @@ class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
                             "leap gradient approximation); FedAvg: McMahan et al., AISTATS 2017")
     Params: ClassVar[type[AlgorithmParams]] = FedAvgAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    vectorizable: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         local, metrics = train_from(self, payload["weights"], data, rng)
+        return self.sgd_result(payload, client_state, data, local, metrics)
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The client step's local SGD (for vectorized clients)."""
+        return SGDTask(payload["weights"], data, self.params, rng, self.task_steps(data))
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """Upload the local model under ``"weights"``."""
         return model_result(local, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],

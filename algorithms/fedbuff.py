@@ -10,6 +10,7 @@ from pydantic import Field
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
 from fedclock.algorithms.training import delta_result, train_from
+from fedclock.algorithms.vectorized import SGDTask
 
 
 def staleness_weight(staleness: int, enabled: bool) -> float:
@@ -47,6 +48,7 @@ class FedBuff(Algorithm[FedBuffParams]):
     * Sample counts do not enter the rule. Several arrivals in one call are buffered in
       order; if that fills the buffer more than once, each fill is applied and the call
       still counts as one version.
+    * Vectorized clients: supported (the client step is plain local SGD of the shared loop).
     """
 
     name: ClassVar[str] = "fedbuff"
@@ -55,6 +57,7 @@ class FedBuff(Algorithm[FedBuffParams]):
                             "AISTATS 2022")
     Params: ClassVar[type[AlgorithmParams]] = FedBuffParams
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
+    vectorizable: ClassVar[bool] = True
 
     def init_server(self, rng: torch.Generator) -> ServerState:
         weights = self.model_factory.initial_weights(rng)
@@ -63,8 +66,18 @@ class FedBuff(Algorithm[FedBuffParams]):
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
+        local, metrics = train_from(self, payload["weights"], data, rng)
+        return self.sgd_result(payload, client_state, data, local, metrics)
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The client step's local SGD (for vectorized clients)."""
+        return SGDTask(payload["weights"], data, self.params, rng, self.task_steps(data))
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """Upload ``"delta" = local - w_tau``."""
         start = payload["weights"]
-        local, metrics = train_from(self, start, data, rng)
         return delta_result(local, start, client_state, data, metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],

@@ -9,6 +9,7 @@ from pydantic import Field
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.training import delta_result, proximal_loss
+from fedclock.algorithms.vectorized import SGDTask
 
 
 class FedProxParams(FedAvgParams):
@@ -33,6 +34,8 @@ class FedProx(FedAvg):
     * Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
       ``simsiam`` give FedStyle's Table 1 "FedProx" baseline: the unlabeled two-view loss of
       encoder + projector (+ predictor) plus the same proximal term on the whole model.
+    * Vectorized clients: supported with the ``supervised`` objective (plain local SGD of
+      the shared loop plus the proximal gradient ``mu (w - w_t)``).
     """
 
     name: ClassVar[str] = "fedprox"
@@ -40,6 +43,7 @@ class FedProx(FedAvg):
     summary: ClassVar[str] = "FedAvg with a proximal term mu/2 ||w - w_t||^2 in the local objective"
     paper: ClassVar[str] = "Li et al., Federated Optimization in Heterogeneous Networks, MLSys 2020"
     Params: ClassVar[type[AlgorithmParams]] = FedProxParams
+    vectorizable: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
@@ -47,3 +51,10 @@ class FedProx(FedAvg):
         extra = proximal_loss(start, self.params.mu, self.workspace) if self.params.mu > 0 else None
         local, metrics = self.local_train(payload, data, rng, extra_loss=extra, loss_fn=self.objective_loss(rng))
         return delta_result(local, start, client_state, data, metrics)
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """FedAvg's local SGD plus the proximal term around the received weights."""
+        task = super().sgd_task(payload, client_state, data, rng)
+        task.prox_mu = self.params.mu
+        return task

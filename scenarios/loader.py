@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from fedclock.algorithms.registry import UnknownAlgorithm, get_algorithm
+from fedclock.algorithms.registry import UnknownAlgorithm, algorithm_names, get_algorithm
+from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.schema import AlgorithmConfig, Scenario
 
@@ -242,6 +243,14 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
     problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
+    if scenario.runtime.vectorize > 1:
+        problem = vectorize_problem(cls, params, scenario.model.name)
+        if problem is None and scenario.runtime.placement == "dedicated":
+            problem = "vectorized clients need pooled placement (runtime.placement is dedicated)"
+        if problem and not is_vectorizable(cls):
+            problem += f" (allowed: {', '.join(n for n in algorithm_names() if is_vectorizable(get_algorithm(n)))})"
+        if problem:
+            raise ScenarioError(f"{where}: runtime.vectorize: {problem}; 1 turns it off")
     return scenario
 
 

@@ -438,6 +438,10 @@ class EvaluationConfig(StrictModel):
     linear: LinearEvalConfig = Field(default_factory=LinearEvalConfig)
 
 
+MAX_VECTORIZE = 1024
+"""runtime.vectorize (clients trained at once by one executor)."""
+
+
 class RuntimeConfig(StrictModel):
     """Where the real compute runs. Results never depend on these settings."""
 
@@ -450,6 +454,9 @@ class RuntimeConfig(StrictModel):
     num_gpus: Annotated[NonNegativeFloat, Field(le=MAX_ACTOR_GPUS)] = 0.0
     threads_per_actor: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1
     device: Literal["cpu", "cuda"] = "cpu"
+    vectorize: Annotated[int, Field(ge=1, le=MAX_VECTORIZE)] = Field(
+        default=1, description="vectorized clients: at most this many tasks started at one virtual instant are "
+        "trained at once by one executor (torch.func vmap); 1 = off")
 
 
 class OutputConfig(StrictModel):

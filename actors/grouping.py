@@ -1,0 +1,64 @@
+"""Grouping of client tasks for vectorized execution (``runtime.vectorize``).
+
+The runtime session defers the real calls of the tasks the clock starts at one virtual
+instant (a sync round's cohort, async slots refilled together) and sends them to the
+executors in groups of at most K tasks, each group trained at once by
+:func:`~fedclock.algorithms.vectorized.client_updates`. A group is never made of tasks
+started at different instants, and the groups of an instant are cut when the clock next
+needs something from the backend (a result, a release, an evaluation) or starts a task at a
+later instant. The grouping is therefore a function of the clock's calls only — not of wall
+time, Ray, or the number of executors — so a run gives the same numbers every time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def split_balanced(items: list[T], size: int) -> list[list[T]]:
+    """``items`` in order, cut into ``ceil(n / size)`` consecutive groups whose sizes differ
+    by at most one (the first groups take the extra items): 10 items with ``size`` 8 give
+    groups of 5 and 5, not 8 and 2."""
+    if size < 1:
+        raise ValueError(f"group size must be >= 1, got {size}")
+    if not items:
+        return []
+    count = math.ceil(len(items) / size)
+    base, extra = divmod(len(items), count)
+    groups, start = [], 0
+    for g in range(count):
+        stop = start + base + (1 if g < extra else 0)
+        groups.append(items[start:stop])
+        start = stop
+    return groups
+
+
+class InstantGroups(Generic[T]):
+    """Collects the tasks started at one virtual instant; hands them out in balanced groups
+    of at most ``size`` (:func:`split_balanced`)."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"group size must be >= 1, got {size}")
+        self.size = size
+        self._pending: list[T] = []
+        self._at: float | None = None
+
+    def add(self, at: float, item: T) -> list[list[T]]:
+        """Queue ``item``, started at virtual time ``at``; returns the groups of the earlier
+        instant when ``at`` is a later one (to dispatch now), else nothing."""
+        ready = self.flush() if self._pending and at != self._at else []
+        self._at = at
+        self._pending.append(item)
+        return ready
+
+    def flush(self) -> list[list[T]]:
+        """Every queued item, in groups; the queue is empty afterwards."""
+        groups = split_balanced(self._pending, self.size)
+        self._pending = []
+        return groups
+
+    def __len__(self) -> int:
+        return len(self._pending)

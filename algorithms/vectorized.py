@@ -1,0 +1,289 @@
+"""Vectorized clients: the local SGD of K clients of one architecture run in lock-step.
+
+:func:`vectorized_local_sgd` does for K clients at once what
+:func:`~fedclock.algorithms.training.local_sgd` does for one, with ``torch.func``: the K
+clients' weights are stacked (one ``[K, *shape]`` tensor per parameter), the model runs
+through ``vmap(functional_call)`` on per-client batches, one backward pass gives every
+client's gradient (the clients' losses are summed; they share no weights, so each client's
+gradient is that of its own loss), and the SGD update is done on the stacked tensors.
+
+Same numbers as the sequential loop (up to float rounding; tested):
+
+* **Batches**: each client's index batches are drawn with
+  :func:`~fedclock.algorithms.training.batches` from its own task generator, before any
+  training, exactly as the sequential loop draws them (nothing else draws from that
+  generator during supervised local SGD), so every client sees the same samples in the
+  same order.
+* **Padding and masks**: the batches of a client with fewer than ``batch_size`` samples are
+  smaller; they are padded to the largest batch of the group, and the padded samples get
+  weight 0 in a masked mean (``sum(mask * loss) / sum(mask)``, the sequential batch mean).
+  A client that has run all its steps (fewer samples, partial work) is masked out of the
+  remaining steps: its weights and momentum buffer no longer change, its loss is not
+  counted.
+* **Update** (``torch.optim.SGD``'s rule, per client, with that client's hyper-parameters):
+  gradient of the batch loss plus ``mu * (w - center)`` when a proximal term
+  ``mu/2 ||w - center||^2`` is set; clipping of the whole gradient to ``max_grad_norm``
+  (``clip_grad_norm_``'s ``max / (norm + 1e-6)`` factor, capped at 1); weight decay
+  ``g + wd * w``; momentum ``b <- m b + g`` (the buffer starts at zero, which equals
+  PyTorch's first-step ``b = g``); ``w <- w - lr * b``.
+* **Metrics**: ``train_loss`` = mean over the steps run of the batch loss before the step
+  (float32 sum on the device, as the sequential loop), ``steps`` = steps run; a client with
+  no samples or no steps gets its start weights back and ``train_loss`` NaN.
+
+Not supported (rejected with a ValueError): models with buffers (BatchNorm running
+statistics) or dropout, other batch losses than cross-entropy, gradient hooks. Which models
+the scenario loader accepts is :data:`VECTOR_MODELS` (each is tested).
+
+An algorithm opts in by setting ``vectorizable: ClassVar[bool] = True`` in its own class
+body (a subclass does not inherit it: :func:`is_vectorizable`) and implementing
+:class:`VectorizableAlgorithm`'s two methods, which split its client step into the local
+SGD it runs and what it makes of the result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.training import batches
+
+if TYPE_CHECKING:
+    from fedclock.algorithms.base import Algorithm
+
+VECTOR_MODELS: tuple[str, ...] = ("mlp", "logistic", "cnn5", "spfl_cnn", "conv_gn")
+"""Models that vectorized execution supports (no BatchNorm statistics, no dropout)."""
+
+
+@dataclass
+class SGDTask:
+    """One client's local SGD as :func:`vectorized_local_sgd` runs it: the same inputs as
+    :func:`~fedclock.algorithms.training.local_sgd` (start weights, data, hyper-parameters,
+    task generator, step count), plus an optional proximal term ``mu/2 ||w - center||^2``
+    (``center`` defaults to the start weights)."""
+
+    start: torch.Tensor
+    data: ClientData
+    params: AlgorithmParams
+    rng: torch.Generator
+    steps: int
+    prox_mu: float = 0.0
+    prox_center: torch.Tensor | None = None
+
+
+class VectorizableAlgorithm(Protocol):
+    """What an algorithm implements to be run K clients at a time (besides the
+    ``vectorizable`` flag)."""
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The local SGD ``client_update`` would run (drawing from ``rng`` what it draws first)."""
+        ...
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """The result ``client_update`` returns after that SGD ended at ``local``."""
+        ...
+
+
+def is_vectorizable(cls: type) -> bool:
+    """True when ``cls`` itself (not a base class) declares ``vectorizable = True``."""
+    return bool(cls.__dict__.get("vectorizable", False))
+
+
+def vectorize_problem(cls: type, params: Any, model_name: str) -> str | None:
+    """A one-line error (starting with the field path) when ``cls`` with ``params`` cannot
+    run vectorized on ``model_name``; None when it can."""
+    if not is_vectorizable(cls):
+        return f"algorithm {getattr(cls, 'name', cls.__name__)!r} does not support vectorized clients"
+    if model_name not in VECTOR_MODELS:
+        return (f"model {model_name!r} is not supported by vectorized clients "
+                f"(allowed: {', '.join(VECTOR_MODELS)})")
+    problem = getattr(cls, "vectorize_params_problem", None)
+    return problem(params) if problem is not None else None
+
+
+def client_updates(algorithm: Algorithm, payloads: Sequence[Tensors], states: Sequence[Tensors | None],
+                   datas: Sequence[ClientData], rngs: Sequence[torch.Generator]) -> list[ClientResult]:
+    """``client_update`` of K clients, their local SGD run by :func:`vectorized_local_sgd`."""
+    if not is_vectorizable(type(algorithm)):
+        raise ValueError(f"algorithm {algorithm.name!r} does not support vectorized clients")
+    alg: Any = algorithm
+    tasks = [alg.sgd_task(p, s, d, r) for p, s, d, r in zip(payloads, states, datas, rngs)]
+    outs = vectorized_local_sgd(algorithm.workspace, algorithm.model_factory, tasks)
+    return [alg.sgd_result(p, s, d, local, metrics)
+            for p, s, d, (local, metrics) in zip(payloads, states, datas, outs)]
+
+
+def check_model(model: nn.Module) -> None:
+    """Raise ValueError when ``model`` cannot be trained vectorized."""
+    if any(True for _ in model.buffers()):
+        raise ValueError("vectorized clients: the model has buffers (e.g. BatchNorm running statistics)")
+    bad = [type(m).__name__ for m in model.modules()
+           if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd))]
+    if bad:
+        raise ValueError(f"vectorized clients: unsupported layer {bad[0]}")
+
+
+def _per_client(values: Sequence[float], device: torch.device) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=torch.float32, device=device)
+
+
+def _index_plan(tasks: Sequence[SGDTask], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(index [S, K, B] into the concatenated train sets, sample mask [S, K, B], step mask
+    [S, K]) with S the most steps and B the largest batch of the group."""
+    sizes = [min(t.params.batch_size, t.data.num_train) for t in tasks]
+    k, b = len(tasks), max(max(sizes), 1)
+    steps = [t.steps if t.data.num_train > 0 else 0 for t in tasks]
+    s = max(steps)
+    index = torch.zeros(s, k, b, dtype=torch.long)
+    mask = torch.zeros(s, k, b, dtype=torch.float32)
+    offset = 0
+    for j, task in enumerate(tasks):
+        n = task.data.num_train
+        if steps[j] > 0:
+            drawn = torch.stack(list(batches(n, task.params.batch_size, steps[j], task.rng)))
+            index[:steps[j], j, :sizes[j]] = drawn + offset
+            mask[:steps[j], j, :sizes[j]] = 1.0
+        offset += n
+    active = torch.zeros(s, k, dtype=torch.bool)
+    for j, n_steps in enumerate(steps):
+        active[:n_steps, j] = True
+    return index.to(device), mask.to(device), active.to(device)
+
+
+def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
+                         tasks: Sequence[SGDTask]) -> list[tuple[torch.Tensor, dict[str, float]]]:
+    """Run every task's local SGD (see the module docstring) and return, per task, what
+    :func:`~fedclock.algorithms.training.local_sgd` returns: the final flat float32 weights
+    (a CPU copy) and ``{"train_loss", "steps"}``. ``model`` is a workspace of the
+    architecture (its own weights are not used or changed); the data must be on its device."""
+    if not tasks:
+        return []
+    check_model(model)
+    for t in tasks:
+        if t.steps < 0:
+            raise ValueError(f"vectorized_local_sgd: steps must be >= 0, got {t.steps}")
+    names = [name for name, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    device = next(model.parameters()).device
+    k = len(tasks)
+    for t in tasks:
+        if t.start.numel() != factory.num_params:
+            raise ValueError(f"flat vector has {t.start.numel()} values, the model {factory.num_params}")
+    index, mask, active = _index_plan(tasks, device)
+    num_steps = index.shape[0]
+    if num_steps == 0:
+        return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
+                for t in tasks]
+
+    # Matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's batched
+    # matmul then produces their gradients in this layout, and the in-place update reads both
+    # tensors contiguously (in the [K, out, in] layout the gradient arrives transposed and the
+    # update's strided reads cost more than the whole forward and backward pass).
+    transposed = [len(shape) == 2 for shape in shapes]
+
+    def split(vectors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Per-client flat vectors -> one stacked tensor per parameter (client by client:
+        a batched transposing copy is several times slower)."""
+        out, offset = [], 0
+        for shape, flip in zip(shapes, transposed):
+            n = shape.numel()
+            stored = torch.empty(k, *(tuple(reversed(shape)) if flip else shape), device=device)
+            for j, vector in enumerate(vectors):
+                piece = vector[offset:offset + n].view(shape)
+                stored[j].copy_(piece.t() if flip else piece)
+            out.append(stored)
+            offset += n
+        return out
+
+    def as_param(stored: torch.Tensor, flip: bool) -> torch.Tensor:
+        return stored.transpose(1, 2) if flip else stored
+
+    weights = split([t.start.detach() for t in tasks])
+    nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
+    x_all = torch.cat(nonempty)
+    y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
+    lr = _per_client([t.params.lr for t in tasks], device)
+    momentum = _per_client([t.params.momentum for t in tasks], device)
+    decay = _per_client([t.params.weight_decay for t in tasks], device)
+    clip = [t.params.max_grad_norm for t in tasks]
+    max_norm = _per_client([c if c is not None else 0.0 for c in clip], device)
+    clipped = torch.tensor([c is not None for c in clip], device=device)
+    mu = _per_client([t.prox_mu for t in tasks], device)
+    proximal = bool((mu > 0).any())
+    centers = split([(t.prox_center if t.prox_center is not None else t.start).detach() for t in tasks]) \
+        if proximal else []
+    use_momentum = bool((momentum > 0).any())
+    use_decay = bool((decay > 0).any())
+    buffers = [torch.zeros_like(w) for w in weights] if use_momentum else []
+    loss_sum = torch.zeros(k, device=device)
+    every_step_all = bool(active.all())
+    lr_0, momentum_0 = tasks[0].params.lr, tasks[0].params.momentum
+    same_lr = all(t.params.lr == lr_0 for t in tasks)
+    same_momentum = all(t.params.momentum == momentum_0 for t in tasks)
+
+    def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, params, (x,))
+
+    batched = vmap(forward)
+
+    def col(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return v.view(-1, *([1] * (like.dim() - 1)))
+
+    for s in range(num_steps):
+        leaves = [w.requires_grad_(True) for w in weights]
+        idx, m, on = index[s], mask[s], active[s]
+        logits = batched({n: as_param(w, f) for n, w, f in zip(names, leaves, transposed)}, x_all[idx])
+        per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
+        losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
+        grads = list(torch.autograd.grad(losses.sum(), leaves))
+        weights = [w.detach() for w in leaves]
+        with torch.no_grad():
+            # in place where possible: fresh large tensors every step cost more than the arithmetic
+            all_on = every_step_all or bool(on.all())
+            loss_sum += losses if all_on else losses * on
+            if proximal:
+                for g, w, c in zip(grads, weights, centers):
+                    g.add_(col(mu, g) * (w - c))
+            if clipped.any():
+                norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
+                factor = torch.where(clipped, (max_norm / (norms + 1e-6)).clamp(max=1.0), torch.ones_like(norms))
+                for g in grads:
+                    g.mul_(col(factor, g))
+            if use_decay:
+                for g, w in zip(grads, weights):
+                    g.addcmul_(col(decay, g), w)
+            step_lr = lr if all_on else lr * on
+            if not all_on:  # a finished client's gradient is zeroed and its momentum kept (factor 1)
+                for g in grads:
+                    g.mul_(col(on.to(g.dtype), g))
+            if use_momentum:
+                keep = momentum if all_on else torch.where(on, momentum, torch.ones_like(momentum))
+                for b, g in zip(buffers, grads):
+                    if all_on and same_momentum:
+                        b.mul_(momentum_0).add_(g)
+                    else:
+                        b.mul_(col(keep, b)).add_(g)
+                grads = buffers
+            for w, g in zip(weights, grads):
+                if all_on and same_lr:  # torch.optim.SGD's own update: w + (-lr) g
+                    w.add_(g, alpha=-lr_0)
+                else:
+                    w.addcmul_(col(step_lr, w), g, value=-1.0)
+    flat = torch.empty(k, factory.num_params)
+    offset = 0
+    for w, shape, flip in zip(weights, shapes, transposed):
+        n = shape.numel()
+        for j in range(k):
+            flat[j, offset:offset + n].view(shape).copy_(w[j].t() if flip else w[j])
+        offset += n
+    done = active.sum(0).tolist()
+    sums = loss_sum.cpu()
+    return [(flat[j].clone(), {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"),
+                               "steps": int(done[j])}) for j in range(k)]

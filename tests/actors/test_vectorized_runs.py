@@ -1,0 +1,131 @@
+"""Vectorized clients in runs: grouping by virtual instant, the same curves as sequential
+execution, a killed executor's group re-run with the same numbers, and the loader's errors."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedclock.actors.grouping import InstantGroups, split_balanced
+from fedclock.actors.runtime import Runtime, Session
+from fedclock.scenarios.experiment import run_scenario
+from fedclock.scenarios.loader import ScenarioError
+from tests.conftest import scenario
+
+SYNC = dict(population={"num_clients": 10}, dataset={"name": "digits", "partition": {"type": "dirichlet", "alpha": 0.5}},
+            model={"name": "mlp", "hidden": [32]}, algorithm={"name": "fedavg", "lr": 0.1, "batch_size": 10},
+            mode={"type": "sync", "cohort_size": 6}, stop={"rounds": 4}, evaluation={"every": 2}, seed=3)
+
+
+def test_split_balanced_and_instant_groups() -> None:
+    assert split_balanced(list(range(10)), 8) == [list(range(5)), list(range(5, 10))]
+    assert split_balanced(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_balanced([], 4) == [] and split_balanced([1], 4) == [[1]]
+    groups: InstantGroups[str] = InstantGroups(2)
+    assert groups.add(0.0, "a") == [] and groups.add(0.0, "b") == [] and groups.add(0.0, "c") == []
+    assert groups.add(1.5, "d") == [["a", "b"], ["c"]]  # a later instant closes the earlier one's groups
+    assert len(groups) == 1 and groups.flush() == [["d"]] and groups.flush() == []
+    with pytest.raises(ValueError):
+        InstantGroups(0)
+
+
+def _run(out: Path, rt: Runtime, **sections: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    run_scenario(scenario(**{**SYNC, **sections}), rt, out)
+    return (pd.read_parquet(out / "metrics.parquet").drop(columns=["wall_time"]),
+            pd.read_parquet(out / "events.parquet"))
+
+
+def _assert_close_runs(a: tuple[pd.DataFrame, pd.DataFrame], b: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    (ma, ea), (mb, eb) = a, b
+    assert list(ma.columns) == list(mb.columns) and len(ma) == len(mb)
+    for col in ma.columns:
+        if ma[col].dtype.kind == "f":
+            np.testing.assert_allclose(mb[col].to_numpy(), ma[col].to_numpy(), atol=1e-4, rtol=0)
+        else:
+            assert ma[col].tolist() == mb[col].tolist()
+    assert list(ea.columns) == list(eb.columns)
+    loss = [c for c in ea.columns if "loss" in c]
+    pd.testing.assert_frame_equal(ea.drop(columns=loss), eb.drop(columns=loss), check_exact=True)
+    np.testing.assert_allclose(eb[loss].to_numpy(float), ea[loss].to_numpy(float), atol=1e-4, rtol=0)
+
+
+def test_vectorized_run_gives_the_sequential_curve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    original = Session._start_groups
+
+    def record(self: Session, groups: list[Any]) -> None:
+        calls.extend(len(g) for g in groups)
+        original(self, groups)
+
+    monkeypatch.setattr(Session, "_start_groups", record)
+    plain = _run(tmp_path / "one", Runtime("inline"), runtime={"backend": "inline"})
+    assert calls == []
+    vec = _run(tmp_path / "eight", Runtime("inline"), runtime={"backend": "inline", "vectorize": 8})
+    assert calls == [6] * 4  # one group per round: the cohort, dispatched at one instant
+    again = _run(tmp_path / "again", Runtime("inline"), runtime={"backend": "inline", "vectorize": 4})
+    assert calls[4:] == [3, 3] * 4  # 6 tasks, at most 4 per group: two balanced groups
+    _assert_close_runs(plain, vec)
+    _assert_close_runs(plain, again)
+    assert plain[0].global_accuracy.iloc[-1] > 0.5  # it learns (10 classes)
+
+
+def test_async_vectorized_run_matches_and_groups_only_one_instant(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sections = dict(algorithm={"name": "fedbuff", "lr": 0.1, "batch_size": 10, "buffer_size": 2},
+                    mode={"type": "async", "concurrency": 4}, stop={"versions": 6},
+                    population={"num_clients": 10, "devices": {"compute": {"dist": "loguniform", "low": 20,
+                                                                           "high": 200}}})
+    seen: list[list[int]] = []
+    original = Session._start_groups
+
+    def record(self: Session, groups: list[Any]) -> None:
+        if groups:
+            seen.append([len(g) for g in groups])
+        original(self, groups)
+
+    monkeypatch.setattr(Session, "_start_groups", record)
+    plain = _run(tmp_path / "one", Runtime("inline"), runtime={"backend": "inline"}, **sections)
+    vec = _run(tmp_path / "vec", Runtime("inline"), runtime={"backend": "inline", "vectorize": 8}, **sections)
+    assert seen[0] == [4]  # the four slots filled at time 0 train together; refills arrive one at a time
+    _assert_close_runs(plain, vec)
+
+
+def test_a_killed_executor_reruns_its_group_with_the_same_numbers(ray_runtime: Runtime, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    cfg = {"backend": "ray", "num_actors": 2, "placement": "pooled", "vectorize": 3}
+    calm = _run(tmp_path / "calm", Runtime("inline"), runtime={**cfg, "backend": "inline"}, stop={"rounds": 2})
+    original = Session._start_groups
+    kills: list[int] = []
+
+    def start_and_kill(self: Session, groups: list[Any]) -> None:
+        original(self, groups)
+        if groups and len(kills) < 2:  # the executor of the first group dies with the round's groups in flight
+            ray.kill(self.executors[groups[0][0].slot], no_restart=True)
+            kills.append(len(groups))
+
+    monkeypatch.setattr(Session, "_start_groups", start_and_kill)
+    hit = _run(tmp_path / "hit", ray_runtime, runtime=cfg, stop={"rounds": 2})
+    assert kills == [2, 2]
+    pd.testing.assert_frame_equal(calm[0], hit[0], check_exact=True)
+    pd.testing.assert_frame_equal(calm[1], hit[1], check_exact=True)
+
+
+@pytest.mark.parametrize("sections,message", [
+    (dict(algorithm={"name": "scaffold"}), "runtime.vectorize: algorithm 'scaffold' does not support vectorized "
+     "clients (allowed: fedasync, fedavg, fedavg_async, fedbuff, fedprox); 1 turns it off"),
+    (dict(model={"name": "resnet18_gn"}), "runtime.vectorize: model 'resnet18_gn' is not supported"),
+    (dict(algorithm={"name": "fedavg", "objective": "simclr"}), "runtime.vectorize: vectorized clients train the "
+     "supervised objective only (algorithm.objective is 'simclr')"),
+    (dict(placement="dedicated"), "runtime.vectorize: vectorized clients need pooled placement"),
+])
+def test_loader_errors(sections: dict[str, Any], message: str) -> None:
+    runtime = {"vectorize": 4, **({"placement": sections.pop("placement")} if "placement" in sections else {})}
+    with pytest.raises(ScenarioError, match=None) as info:
+        scenario(**sections, runtime=runtime)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    scenario(**sections, runtime={**runtime, "vectorize": 1})  # the same settings are fine without it

@@ -1,0 +1,140 @@
+"""Vectorized clients give the sequential loop's numbers (float tolerance; counts exact)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+from fedclock.algorithms.base import AlgorithmParams, ClientData
+from fedclock.algorithms.fedasync import FedAsync, FedAsyncParams
+from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
+from fedclock.algorithms.fedavg_async import FedAvgAsync, FedAvgAsyncParams
+from fedclock.algorithms.fedbuff import FedBuff, FedBuffParams
+from fedclock.algorithms.fedexp import FedExp
+from fedclock.algorithms.fedprox import FedProx, FedProxParams
+from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.training import local_sgd
+from fedclock.algorithms.vectorized import SGDTask, VECTOR_MODELS, check_model, client_updates, is_vectorizable, \
+    vectorize_problem, vectorized_local_sgd
+from fedclock.scheduling.rng import Stream, torch_rng
+
+ATOL = 1e-5
+
+
+def client(c: int, n: int, shape: tuple[int, ...], classes: int = 3) -> ClientData:
+    gen = torch.Generator().manual_seed(100 + c)
+    x = torch.randn(n, *shape, generator=gen)
+    y = torch.randint(0, classes, (n,), generator=gen)
+    return ClientData(c, x, y, x[:0], y[:0])
+
+
+def rng(c: int, task: int = 0) -> torch.Generator:
+    return torch_rng(7, Stream.TASK, c, task)
+
+
+def sequential(factory: ModelFactory, tasks: list[SGDTask]) -> list[tuple[torch.Tensor, dict[str, float]]]:
+    """Each task through the shared loop, from a copy of its generator."""
+    from fedclock.algorithms.training import proximal_loss
+
+    model = factory.build()
+    out = []
+    for t in tasks:
+        extra = proximal_loss(t.start, t.prox_mu, model) if t.prox_mu > 0 else None
+        out.append(local_sgd(model, factory, t.start, t.data, t.params, t.rng, t.steps, extra))
+    return out
+
+
+def run_both(factory: ModelFactory, make: Any) -> tuple[list[Any], list[Any]]:
+    """``make()`` builds the same tasks (fresh generators) for each side."""
+    return sequential(factory, make()), vectorized_local_sgd(factory.build(), factory, make())
+
+
+def assert_same(seq: list[Any], vec: list[Any]) -> None:
+    assert len(seq) == len(vec)
+    for (w_s, m_s), (w_v, m_v) in zip(seq, vec):
+        assert w_v.dtype == torch.float32 and w_v.shape == w_s.shape
+        torch.testing.assert_close(w_v, w_s, atol=ATOL, rtol=0)
+        assert m_v["steps"] == m_s["steps"]
+        if m_s["steps"]:
+            assert m_v["train_loss"] == pytest.approx(m_s["train_loss"], abs=ATOL)
+        else:
+            assert m_v["train_loss"] != m_v["train_loss"]  # NaN like the loop
+
+
+def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters() -> None:
+    factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
+    start = factory.initial_weights(torch.Generator().manual_seed(0))
+    sizes = [23, 5, 40, 0, 12]  # 23 % 8 and 40 % 8: batches straddle epochs; 5 < batch: short batches
+    steps = [7, 3, 2, 4, 0]  # partial work and zero steps
+    params = [AlgorithmParams(lr=0.1, batch_size=8), AlgorithmParams(lr=0.05, batch_size=8, momentum=0.9),
+              AlgorithmParams(lr=0.2, batch_size=8, weight_decay=0.01, max_grad_norm=0.5),
+              AlgorithmParams(batch_size=8), AlgorithmParams(batch_size=8)]
+    data = [client(c, n, (6,)) for c, n in enumerate(sizes)]
+
+    def make() -> list[SGDTask]:
+        return [SGDTask(start + 0.01 * c, data[c], params[c], rng(c), steps[c], prox_mu=0.3 if c == 0 else 0.0)
+                for c in range(len(sizes))]
+
+    seq, vec = run_both(factory, make)
+    assert [m["steps"] for _, m in vec] == [7, 3, 2, 0, 0]
+    assert_same(seq, vec)
+    assert not torch.equal(vec[0][0], start)  # it trained
+
+
+@pytest.mark.parametrize("name", ["cnn5", "spfl_cnn", "conv_gn", "logistic"])
+def test_other_models(name: str) -> None:
+    factory = ModelFactory(name, (1, 8, 8), 4)
+    start = factory.initial_weights(torch.Generator().manual_seed(1))
+    data = [client(c, n, (1, 8, 8), 4) for c, n in enumerate([9, 4, 6])]
+    p = AlgorithmParams(lr=0.05, batch_size=4, momentum=0.5)
+
+    def make() -> list[SGDTask]:
+        return [SGDTask(start, data[c], p, rng(c), s) for c, s in enumerate([3, 2, 1])]
+
+    assert_same(*run_both(factory, make))
+
+
+def test_rejects_models_with_batchnorm() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    with pytest.raises(ValueError, match="buffers"):
+        check_model(model)
+    with pytest.raises(ValueError, match="Dropout"):
+        check_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout()))
+
+
+ALGORITHMS = [(FedAvg, FedAvgParams(lr=0.1, batch_size=5, lr_decay=0.9)), (FedProx, FedProxParams(batch_size=5, mu=0.5)),
+              (FedAsync, FedAsyncParams(batch_size=5, rho=0.2)), (FedBuff, FedBuffParams(batch_size=5)),
+              (FedAvgAsync, FedAvgAsyncParams(batch_size=5))]
+
+
+@pytest.mark.parametrize("cls,params", ALGORITHMS, ids=[c.name for c, _ in ALGORITHMS])
+def test_client_updates_match_client_update(cls: Any, params: Any) -> None:
+    factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
+    alg = cls(params, factory)
+    state = alg.init_server(torch.Generator().manual_seed(0))
+    payload = alg.payload_for(dataclasses.replace(state, version=3), 0)
+    data = [dataclasses.replace(client(c, n, (6,)), steps=s) for c, (n, s) in enumerate([(12, None), (3, 2), (17, 1)])]
+    seq = [alg.client_update(payload, None, d, rng(c, 2)) for c, d in enumerate(data)]
+    vec = client_updates(alg, [payload] * 3, [None] * 3, data, [rng(c, 2) for c in range(3)])
+    for s, v in zip(seq, vec):
+        assert s.upload.keys() == v.upload.keys() and s.state is v.state is None
+        assert s.num_samples == v.num_samples and s.metrics.keys() == v.metrics.keys()
+        for key in s.upload:
+            torch.testing.assert_close(v.upload[key], s.upload[key], atol=ATOL, rtol=0)
+        assert v.metrics["steps"] == s.metrics["steps"]
+        assert v.metrics["train_loss"] == pytest.approx(s.metrics["train_loss"], abs=ATOL)
+
+
+def test_opt_in_is_per_class_and_checked() -> None:
+    assert all(is_vectorizable(cls) for cls, _ in ALGORITHMS)
+    assert not is_vectorizable(FedExp)  # a FedAvg subclass does not inherit the flag
+    assert vectorize_problem(FedAvg, FedAvgParams(), "mlp") is None
+    assert "does not support vectorized clients" in str(vectorize_problem(FedExp, FedExp.Params(), "mlp"))
+    assert "resnet18_gn" in str(vectorize_problem(FedAvg, FedAvgParams(), "resnet18_gn"))
+    assert "resnet18_gn" not in VECTOR_MODELS
+    assert "algorithm.objective is 'simclr'" in str(vectorize_problem(FedAvg, FedAvgParams(objective="simclr"), "mlp"))
+    alg = FedExp(FedExp.Params(), ModelFactory("mlp", (6,), 3, hidden=(8,)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="vectorized"):
+        client_updates(alg, [], [], [], [])
