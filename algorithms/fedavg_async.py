@@ -7,15 +7,15 @@ import torch
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.training import model_result, train_from
-from fedclock.algorithms.vectorized import SGDTask
+from fedclock.algorithms.local_sgd_client import LocalSGDClient
+from fedclock.algorithms.training import model_result
 
 
 class FedAvgAsyncParams(AlgorithmParams):
     """Only the local SGD hyper-parameters: the server rule has none."""
 
 
-class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
+class FedAvgAsync(LocalSGDClient, Algorithm[FedAvgAsyncParams]):
     """FedAvg with stale models averaged in, as the SPFL/PLGA paper's "FedAvg (Async)".
 
     The baseline named "FedAvg (Async)" in the SPFL/PLGA paper (the stage-wise
@@ -41,16 +41,6 @@ class FedAvgAsync(Algorithm[FedAvgAsyncParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedAvgAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
     vectorizable: ClassVar[bool] = True
-
-    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                      rng: torch.Generator) -> ClientResult:
-        local, metrics = train_from(self, payload["weights"], data, rng)
-        return self.sgd_result(payload, client_state, data, local, metrics)
-
-    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                 rng: torch.Generator) -> SGDTask:
-        """The client step's local SGD (for vectorized clients)."""
-        return SGDTask(payload["weights"], data, self.params, rng, self.task_steps(data))
 
     def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                    local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:

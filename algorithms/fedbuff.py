@@ -9,8 +9,8 @@ from pydantic import Field
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
-from fedclock.algorithms.training import delta_result, train_from
-from fedclock.algorithms.vectorized import SGDTask
+from fedclock.algorithms.local_sgd_client import LocalSGDClient
+from fedclock.algorithms.training import delta_result
 
 
 def staleness_weight(staleness: int, enabled: bool) -> float:
@@ -28,7 +28,7 @@ class FedBuffParams(AlgorithmParams):
     staleness_weighting: bool = Field(default=False, description="weight each delta by 1/sqrt(1 + staleness)")
 
 
-class FedBuff(Algorithm[FedBuffParams]):
+class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
     """Buffered asynchronous aggregation.
 
     Nguyen, Malik, Zhan, Yousefpour, Rabbat, Malek, Huba, "Federated Learning with Buffered
@@ -63,16 +63,6 @@ class FedBuff(Algorithm[FedBuffParams]):
         weights = self.model_factory.initial_weights(rng)
         return ServerState(tensors={"weights": weights, "buffer": torch.zeros_like(weights)},
                            extra={"buffered": 0})
-
-    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                      rng: torch.Generator) -> ClientResult:
-        local, metrics = train_from(self, payload["weights"], data, rng)
-        return self.sgd_result(payload, client_state, data, local, metrics)
-
-    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                 rng: torch.Generator) -> SGDTask:
-        """The client step's local SGD (for vectorized clients)."""
-        return SGDTask(payload["weights"], data, self.params, rng, self.task_steps(data))
 
     def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                    local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
