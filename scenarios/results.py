@@ -198,8 +198,11 @@ class ResultsWriter:
         self._last_flush = self.started
         self.last_accuracy: float | None = None
         self.last_metrics: dict[str, float] = {}
-        self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if scenario.output.tensorboard else None
+        self.tensorboard: TensorBoardScalars | None = None
+        """TensorBoard scalars (``output.tensorboard``); when resuming, opened by :meth:`resume_rows`."""
+        self._wants_tensorboard = scenario.output.tensorboard
         if not resume:
+            self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if self._wants_tensorboard else None
             self.flush()
 
     @property
@@ -270,13 +273,20 @@ class ResultsWriter:
         """End of a resumed run's replay: take back the first ``rows[name]`` rows of each
         table from disk (the replay produced as many, without the training metrics and with
         other wall times), rewrite the files with exactly those rows, and write from now on."""
+        kept_versions: list[int] = []
         for name, table in (("events", self.events), ("metrics", self.metrics), ("timeline", self.timeline)):
             if len(table) != rows[name]:
                 raise ValueError(f"{name}: the replay wrote {len(table)} rows, the checkpoint counted {rows[name]}")
             on_disk = read_rows(table.path)
             if on_disk.num_rows < rows[name]:
                 raise ValueError(f"{table.path}: holds {on_disk.num_rows} rows, the checkpoint counted {rows[name]}")
-            table.replace(on_disk.slice(0, rows[name]).to_pydict())
+            kept = on_disk.slice(0, rows[name]).to_pydict()
+            table.replace(kept)
+            if name == "metrics":
+                kept_versions = [int(v) for v in kept["version"]]
+        if self._wants_tensorboard:  # scalars past the checkpoint's evaluations are written again
+            self.tensorboard = TensorBoardScalars(self.out_dir / "tensorboard",
+                                                  purge_from=kept_versions[-1] + 1 if kept_versions else 0)
         self.muted = False
         self.flush()
 

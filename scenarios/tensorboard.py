@@ -24,14 +24,17 @@ TAGS = {
 class TensorBoardScalars:
     """Writes one run's evaluation metrics as TensorBoard scalars."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, purge_from: int | None = None) -> None:
+        """``purge_from``: a resumed run's first version to write again; TensorBoard hides
+        the scalars an earlier, crashed process wrote at that version or later (so a resumed
+        run shows each version once)."""
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise ScenarioError("output.tensorboard: needs the tensorboard package "
                                 "(pip install tensorboard), or set output.tensorboard: false") from None
         self.log_dir = log_dir
-        self._writer: Any = SummaryWriter(log_dir=str(log_dir))
+        self._writer: Any = SummaryWriter(log_dir=str(log_dir), purge_step=purge_from)
 
     def add(self, virtual_time: float, version: int, values: Mapping[str, Any]) -> None:
         """One evaluation: every known metric that has a finite value."""

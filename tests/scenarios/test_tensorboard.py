@@ -44,3 +44,35 @@ def test_missing_tensorboard_is_a_one_line_error(tmp_path: Path, monkeypatch: py
     err = capsys.readouterr().err
     assert err.startswith("fedclock: error: output.tensorboard: needs the tensorboard package")
     assert len(err.splitlines()) == 1
+
+
+def test_a_resumed_run_shows_each_version_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that crashed after writing scalars past its last checkpoint and was resumed:
+    TensorBoard reads every evaluation once, with the uninterrupted run's values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fedclock.actors.runtime import Session
+
+    path = tmp_path / "tb.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "stop": {"rounds": 9},
+                                    "output": {**SCENARIO["output"], "checkpoint_every": 4}}))
+    original = Session.evaluate
+
+    def evaluate(self: Session) -> dict[str, float]:
+        if self.version >= 7:  # after the checkpoint at version 4 and scalars for 5 and 6
+            raise RuntimeError("driver dies")
+        return original(self)
+
+    monkeypatch.setattr(Session, "evaluate", evaluate)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        main(["run", str(path), "--quiet", "--out", str(out)])
+    monkeypatch.undo()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(["run", str(path), "--quiet", "--out", str(tmp_path / "whole")]) == 0
+    metrics = pd.read_parquet(tmp_path / "whole" / "metrics.parquet")
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    events = acc.Scalars("accuracy/global")
+    assert [e.step for e in events] == metrics["version"].tolist() == list(range(10))
+    assert [e.value for e in events] == pytest.approx(metrics["global_accuracy"].tolist())
