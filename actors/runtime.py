@@ -405,10 +405,14 @@ class Session:
     def final_states(self) -> tuple[Any, dict[int, Any]]:
         """The server's global state and every client's kept state (fetched), after a run."""
         self._flush()
-        server_state = self.t.get(self.t.call(self.server, "current_state"))
+        server_state = self._server_get(self.t.call(self.server, "current_state"))
         clients = sorted(self.client_state)
         values = self.t.get([self.client_state[c] for c in clients]) if clients else []
         return server_state, dict(zip(clients, values))
+
+    def payload(self, client: int) -> Tensors:
+        """The server's current payload for ``client`` (fetched; for post-run analyses)."""
+        return self._server_get(self.t.call(self.server, "payload_for", client))
 
     # ------------------------------------------------------------------ checkpoints (fedclock.actors.replay)
     def task_inputs(self, task: Task) -> tuple[Any, Any]:

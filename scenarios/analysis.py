@@ -71,7 +71,7 @@ def run_analysis(scenario: Scenario, algorithm: Algorithm, federation: Federatio
     t = session.t
 
     def payload_for(c: int) -> Any:
-        return t.get(t.call(session.server, "payload_for", c))
+        return session.payload(c)
 
     def state_for(c: int) -> Any:
         handle = session.client_state.get(c)

@@ -102,19 +102,20 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
             raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes "
                                   f"them with output.checkpoint_every: N)")
     for attempt in range(MAX_SERVER_RESTARTS + 1):
-        try:
+        try:  # the clock, then what still reads the server's state after it
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
                                                                  algorithm, checkpoint, mark)
+            run_analysis(scenario, algorithm, federation, session, out_dir)
+            finals = session.final_states() if supports_linear_eval(algorithm) else None
             break
         except ServerLost:
             if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
                 raise
             checkpoint = latest_checkpoint(out_dir, mark)  # None: start over
-    run_analysis(scenario, algorithm, federation, session, out_dir)
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     linear = (float("nan"), float("nan"))
-    if supports_linear_eval(algorithm):
-        server_state, client_states = session.final_states()
+    if finals is not None:
+        server_state, client_states = finals
         device = "cuda" if scenario.runtime.device == "cuda" and torch.cuda.is_available() else "cpu"
         rows = linear_evaluation(algorithm, server_state, client_states, federation, scenario.evaluation.linear,
                                  seed, device)

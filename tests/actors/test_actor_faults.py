@@ -132,3 +132,37 @@ def test_the_cli_reports_a_lost_actor_in_one_line(tmp_path: Path, monkeypatch: p
     code = main(["run", "quickstart", "--backend", "inline", "--quiet", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1 and err == "fedclock: error: the server actor died; the run cannot go on\n"
+
+
+def test_a_server_killed_after_the_clock_finished_is_survived(ray_runtime: Runtime, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The post-run analysis reads the server's payloads: a server lost there is survived
+    from the last checkpoint too, with the same tables and analysis."""
+    import ray
+
+    import fedclock.scenarios.experiment as experiment
+
+    def run(runtime: Runtime, out: Path) -> dict[str, pd.DataFrame]:
+        cfg = {"backend": runtime.backend, "num_actors": 2, "placement": "pooled"}
+        sections = {**SHORT, "algorithm": {"name": "fedavg", "lr": 0.1, "local_epochs": 1, "batch_size": 16},
+                    "mode": {"type": "sync", "cohort_size": 3}, "stop": {"rounds": 6}}
+        run_scenario(scenario(**sections, runtime=cfg, analysis={"type": "cka", "samples": 16, "clients": [0, 1]},
+                              output={"progress": False, "checkpoint_every": 4}), runtime, out)
+        return {name: pd.read_parquet(out / f"{name}.parquet") for name in ("metrics", "events", "cka")}
+
+    calm = run(Runtime("inline"), tmp_path / "calm")
+    sessions = _sessions(monkeypatch, ray_runtime)
+    original = experiment.run_analysis
+
+    def analysis_after_a_kill(*args: Any) -> Any:
+        if len(sessions) == 1:  # the first time only
+            ray.kill(sessions[0].server, no_restart=True)
+        return original(*args)
+
+    monkeypatch.setattr(experiment, "run_analysis", analysis_after_a_kill)
+    hit = run(ray_runtime, tmp_path / "hit")
+    assert len(sessions) == 2 and len(calm["cka"]) > 0
+    pd.testing.assert_frame_equal(calm["metrics"].drop(columns=["wall_time"]), hit["metrics"].drop(columns=["wall_time"]),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(calm["events"], hit["events"], check_exact=True)
+    pd.testing.assert_frame_equal(calm["cka"], hit["cka"], check_exact=False, atol=1e-6)
