@@ -25,19 +25,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class OrderedRange(BaseModel):
+    """Mixin for a model with ``low`` and ``high`` fields: ``high`` may not be below ``low``."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "OrderedRange":
+        low, high = getattr(self, "low"), getattr(self, "high")
+        if high < low:
+            raise ValueError(f"high: must be >= low ({low}) (got {high})")
+        return self
+
+
 # --------------------------------------------------------------------------- fraction distributions
-class UniformFraction(_Strict):
+class UniformFraction(OrderedRange, _Strict):
     """Uniform on [low, high] within (0, 1]."""
 
     dist: Literal["uniform"]
     low: UnitFraction
     high: UnitFraction
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "UniformFraction":
-        if self.high < self.low:
-            raise ValueError(f"high: must be >= low ({self.low}) (got {self.high})")
-        return self
 
 
 class BetaFraction(_Strict):

@@ -16,8 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializeAsAn
 
 from fedclock.scenarios.traces import TraceError, check_trace_file
 
-from fedclock.scenarios.heterogeneity_schema import (CompletenessConfig, ConnectivityConfig, FullWork, Reliable,
-                                                     TimeBudget, can_lose)
+from fedclock.scenarios.heterogeneity_schema import (CompletenessConfig, ConnectivityConfig, FullWork, OrderedRange,
+                                                     Reliable, TimeBudget, can_lose)
 
 
 class StrictModel(BaseModel):
@@ -175,16 +175,10 @@ class ConstantDist(StrictModel):
     value: PositiveFloat
 
 
-class UniformDist(StrictModel):
+class UniformDist(OrderedRange, StrictModel):
     dist: Literal["uniform"]
     low: PositiveFloat
     high: PositiveFloat
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "UniformDist":
-        if self.high < self.low:
-            raise ValueError(f"high: must be >= low ({self.low}) (got {self.high})")
-        return self
 
 
 class LogUniformDist(UniformDist):
