@@ -54,6 +54,7 @@ from fedclock.scheduling.available_index import IdleAvailable, build_index
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.idle import BusyClients
+from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.windows import windowed_rounds
 
@@ -270,7 +271,9 @@ class Clock:
         self.eval_every = eval_every
         self.backend = backend
         self.recorder = recorder
-        self.rng = numpy_rng(seed, Stream.COHORT)
+        self._ranks = RankDraws(numpy_rng(seed, Stream.COHORT))
+        """The cohort stream: slot picks draw their ranks from it in batches (:attr:`rng` for
+        every other draw)."""
         self.version = 0
         self.round = 0
         self.task_count = 0
@@ -303,6 +306,12 @@ class Clock:
             self._down_s, self._up_s = devices.transfer_arrays(costs.bytes_down, costs.bytes_up)
             self._compute = devices.compute
         self._on_async = self._async_settled
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The clock's seeded generator (cohort stream), in the state one-at-a-time draws
+        would have left it in (ranks the slot picks drew ahead are given back first)."""
+        return self._ranks.generator()
 
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
@@ -539,15 +548,15 @@ class Clock:
         """A uniformly random idle, available client, or None."""
         if self._always:
             idle = self.busy.idle_count(len(self.devices))
-            return self.busy.idle_at(int(self.rng.integers(idle))) if idle else None
+            return self.busy.idle_at(self._ranks.below(idle)) if idle else None
         if self._index is not None:
             idle = self._index.count(self.env.now, self.version)
-            return self._index.at(int(self.rng.integers(idle))) if idle else None
+            return self._index.at(self._ranks.below(idle)) if idle else None
         candidates = [c for c in range(len(self.devices)) if c not in self.busy
                       and self.availability[c].available(self.env.now, self.version)]
         if not candidates:
             return None
-        return candidates[int(self.rng.integers(len(candidates)))]
+        return candidates[self._ranks.below(len(candidates))]
 
     def _wait_for_availability(self) -> Generator[simpy.Event, Any, None]:
         if self._always:

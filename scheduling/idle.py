@@ -15,6 +15,7 @@ busy or idle is reported to the :class:`BusyWatcher`.
 from __future__ import annotations
 
 import bisect
+from bisect import bisect_right
 from typing import Any, Iterable, Protocol
 
 
@@ -90,10 +91,23 @@ class BusyClients(dict):
 
     def idle_at(self, rank: int) -> int:
         """The idle client of the given rank (0-based) in client-id order: the smallest c with
-        ``c - #(busy <= c) == rank``. With busy ids b_0 < b_1 < ..., b_j - j idle clients
-        precede b_j, so c = rank + (number of j with b_j - j <= rank)."""
+        ``c - #(busy <= c) == rank`` and c not busy.
+
+        That client is the least fixed point ``c >= rank`` of ``f(c) = rank + #(busy <= c)``
+        (f never decreases, and a busy fixed point would have rank + 1 idle clients below it).
+        Iterating f from ``rank`` climbs to it, one C-level bisection per step; with few busy
+        clients among many it arrives in two or three steps. Clusters of busy clients can
+        make the climb long, so after a few steps a binary search over the busy ids finishes:
+        with busy ids b_0 < b_1 < ..., b_j - j idle clients precede b_j, so
+        c = rank + (number of j with b_j - j <= rank)."""
         b = self._sorted
-        lo, hi = 0, len(b)
+        c = rank
+        for _ in range(4):
+            after = rank + bisect_right(b, c)
+            if after == c:
+                return c
+            c = after
+        lo, hi = c - rank, len(b)  # the fixed point is at least c: at least c - rank busy ids precede it
         while lo < hi:
             mid = (lo + hi) // 2
             if b[mid] - mid <= rank:
