@@ -59,6 +59,7 @@ from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.windows import windowed_rounds
 
 _new_tuple = tuple.__new__
+_heappush = heapq.heappush
 
 APPLIED = "applied"
 DROPPED = "dropped"
@@ -205,6 +206,8 @@ class Arrivals:
         self._signal: simpy.Event | None = None
         """What the protocol waits on (or, while it pulls, its wake-up if one had to be scheduled)."""
         self._pulling = False
+        self._then: simpy.Event | None = None
+        """What :meth:`wait` yields first (set by :meth:`take` when it gives None)."""
 
     def land(self, task: Task) -> None:
         heapq.heappush(self._heap, (task.finishes_at, task.client, task.index, task))
@@ -222,16 +225,50 @@ class Arrivals:
             else:
                 signal.succeed()
 
-    def next(self) -> Generator[simpy.Event, Any, Task]:
-        """Wait for the next arrival. After waking, yield once more at the same instant so
-        every arrival due now has landed before the smallest client id is chosen (not needed
-        when nothing else is due at this instant).
+    def take(self) -> Task | None:
+        """The next arrival, if it can be handed out without waiting; otherwise None, and
+        :meth:`wait` does the rest (a protocol calls ``take()`` first, and ``yield from
+        wait()`` only when it gives None: no generator per arrival in the steady state).
 
-        While nothing has landed, the clock's next settlement is taken here when it is the
-        next event anyway (:meth:`Clock._pull`): waiting for it through SimPy would process
-        the same event at the same place in the order, only slower."""
+        Waiting means: after waking, yield once more at the same instant so every arrival
+        due now has landed before the smallest client id is chosen (not needed when nothing
+        else is due at this instant). While nothing has landed, the clock's next settlement
+        is taken here when it is the next event anyway (:meth:`Clock._pull`): waiting for it
+        through SimPy would process the same event at the same place in the order, only
+        slower."""
         heap = self._heap
         clock = self.clock
+        self._then = None
+        while not heap:
+            self._signal = None
+            self._pulling = True
+            pulled = clock._pull()
+            self._pulling = False
+            if self._signal is not None:
+                self._then = self._signal  # the wake-up land() scheduled
+                return None
+            if not pulled:
+                self._signal = self._then = self.env.event()  # wait for a landing
+                return None
+            if heap:
+                if clock._alone():  # the wake-up and the extra yield would be the next two events
+                    return heapq.heappop(heap)[-1]
+                self._signal = self._then = self.env.event()
+                self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
+                return None
+        if clock._alone():
+            return heapq.heappop(heap)[-1]
+        return None
+
+    def wait(self) -> Generator[simpy.Event, Any, Task]:
+        """The rest of :meth:`take` when it gave None: yield what it had to wait on, go on
+        waiting until something has landed, then yield once more at the same instant
+        (unless nothing else is due) and hand out the next arrival."""
+        heap = self._heap
+        clock = self.clock
+        if self._then is not None:
+            yield self._then
+            self._then = None
         while not heap:
             self._signal = None
             self._pulling = True
@@ -518,10 +555,12 @@ class Clock:
     def async_slots(self) -> Generator[simpy.Event, Any, None]:
         """``concurrency`` tasks in flight; each arrival goes to the server at once and its
         slot is refilled with an idle, available client."""
-        self._arrivals = Arrivals(self)
+        self._arrivals = arrivals = Arrivals(self)
         self.fill_slots()
         while not self.done.triggered:
-            task = yield from self._arrivals.next()
+            task = arrivals.take()
+            if task is None:
+                task = yield from arrivals.wait()
             self.busy.pop(task.client, None)
             task.staleness = self.version - task.version
             self.aggregate([task])
@@ -535,6 +574,13 @@ class Clock:
         slots stay empty, wait for the next availability change to fill them."""
         assert isinstance(self.mode, AsyncMode)
         in_flight, concurrency, settled = self.in_flight, self.mode.concurrency, self._on_async
+        if self._always:  # pick_idle, inline: a seeded rank among the idle clients
+            busy, clients, rank_below, dispatch = self.busy, len(self.devices), self._ranks.below, self.dispatch
+            while len(in_flight) < concurrency:
+                idle = clients - len(busy)
+                if not idle:
+                    break
+                dispatch(busy.idle_at(rank_below(idle)), settled)
         while len(in_flight) < concurrency:
             client = self.pick_idle()
             if client is None:
@@ -603,18 +649,19 @@ class Clock:
         self.busy[client] = task
         in_flight = self.in_flight
         in_flight[task.index] = task
+        timeout = self.task_timeout_s
         if self.work_and_links is not None and self.work_and_links.loses(client, client_task, timing.total_s):
             task.lost = True
-            task.gives_up_at = now + self.task_timeout_s  # type: ignore[operator]
-        elif self.task_timeout_s is not None and timing.total_s > self.task_timeout_s:
-            task.gives_up_at = now + self.task_timeout_s
+            task.gives_up_at = now + timeout  # type: ignore[operator]
+        elif timeout is not None and timing.total_s > timeout:
+            task.gives_up_at = now + timeout
         if not task.lost:  # a lost result is never used: skip its computation
             self.backend.start(task)
             task.started = True
-        at = task.finishes_at if task.gives_up_at is None else task.gives_up_at
+        gives_up_at = task.gives_up_at
+        at = task.finishes_at if gives_up_at is None else gives_up_at
         wait = at - now
-        heapq.heappush(self._agenda, (now + (wait if wait > 0.0 else 0.0), NORMAL, next(self._eid), self._settle,
-                                      task, at))
+        _heappush(self._agenda, (now + (wait if wait > 0.0 else 0.0), NORMAL, next(self._eid), self._settle, task, at))
         self.recorder.progress(now, self.version, len(in_flight))
         return task
 

@@ -14,8 +14,7 @@ busy or idle is reported to the :class:`BusyWatcher`.
 """
 from __future__ import annotations
 
-import bisect
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from typing import Any, Iterable, Protocol
 
 
@@ -38,29 +37,32 @@ class BusyClients(dict):
 
     def __setitem__(self, client: int, task: Any) -> None:
         if client not in self:
-            bisect.insort(self._sorted, client)
+            insort(self._sorted, client)
             if self.watcher is not None:
                 self.watcher.became_busy(client)
-        super().__setitem__(client, task)
+        dict.__setitem__(self, client, task)
 
     def __delitem__(self, client: int) -> None:
-        super().__delitem__(client)
-        del self._sorted[bisect.bisect_left(self._sorted, client)]
-        if self.watcher is not None:
-            self.watcher.became_idle(client)
+        dict.__delitem__(self, client)
+        self._forget(client)
 
     _MISSING = object()
 
     def pop(self, client: int, default: Any = _MISSING) -> Any:  # type: ignore[override]
-        if client in self:
-            task = super().pop(client)
-            del self._sorted[bisect.bisect_left(self._sorted, client)]
-            if self.watcher is not None:
-                self.watcher.became_idle(client)
+        task = dict.pop(self, client, BusyClients._MISSING)
+        if task is not BusyClients._MISSING:
+            self._forget(client)
             return task
         if default is BusyClients._MISSING:
             raise KeyError(client)
         return default
+
+    def _forget(self, client: int) -> None:
+        """``client`` (just removed from the mapping) is idle again."""
+        sorted_ids = self._sorted
+        del sorted_ids[bisect_left(sorted_ids, client)]
+        if self.watcher is not None:
+            self.watcher.became_idle(client)
 
     def clear(self) -> None:
         idle, self._sorted = self._sorted, []
@@ -75,9 +77,7 @@ class BusyClients(dict):
 
     def popitem(self) -> tuple[int, Any]:
         client, task = super().popitem()
-        del self._sorted[bisect.bisect_left(self._sorted, client)]
-        if self.watcher is not None:
-            self.watcher.became_idle(client)
+        self._forget(client)
         return client, task
 
     def setdefault(self, client: int, default: Any = None) -> Any:

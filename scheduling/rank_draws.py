@@ -17,7 +17,12 @@ that changes at every draw costs one scalar draw per rank, as before.
 """
 from __future__ import annotations
 
+from operator import length_hint
+from typing import Iterator
+
 import numpy as np
+
+_NO_RANKS: Iterator[int] = iter(())
 
 
 class RankDraws:
@@ -37,17 +42,18 @@ class RankDraws:
         self._run = 0
         """Ranks handed out below :attr:`_bound` in a row (sets the next batch's size)."""
         self._batch: list[int] = []
-        self._next = 0
-        """Position of the next rank to hand out in :attr:`_batch`."""
+        """The ranks drawn in one go below :attr:`_bound`."""
+        self._ahead: Iterator[int] = _NO_RANKS
+        """The ranks of :attr:`_batch` not handed out yet."""
         self._saved: dict | None = None
         """The bit generator's state before :attr:`_batch` was drawn."""
 
     def below(self, bound: int) -> int:
         """A uniform rank in ``[0, bound)``: what ``int(rng.integers(bound))`` would give now."""
-        i = self._next
-        if bound == self._bound and i < len(self._batch):
-            self._next = i + 1
-            return self._batch[i]
+        if bound == self._bound:
+            rank = next(self._ahead, None)
+            if rank is not None:
+                return rank
         return self._draw(bound)
 
     def generator(self) -> np.random.Generator:
@@ -68,18 +74,17 @@ class RankDraws:
         size = min(self._max_batch, max(1, self._run))
         self._run += size
         if size == 1:  # nothing drawn ahead: nothing to save or rewind
-            self._batch, self._next = [], 0
             return int(self._rng.integers(bound))
         self._saved = self._rng.bit_generator.state
         self._batch = self._rng.integers(bound, size=size).tolist()
-        self._next = 1
-        return self._batch[0]
+        self._ahead = iter(self._batch)
+        return next(self._ahead)
 
     def _rewind(self) -> None:
         """Give back the ranks drawn ahead and not handed out (if any)."""
-        used, batch = self._next, self._batch
-        if used < len(batch):
+        left = length_hint(self._ahead)
+        if left:
+            used = len(self._batch) - left
             self._rng.bit_generator.state = self._saved  # type: ignore[assignment]
-            if used:
-                self._rng.integers(self._bound, size=used)
-        self._batch, self._next, self._saved = [], 0, None
+            self._rng.integers(self._bound, size=used)  # used >= 1: the batch's first rank went out at once
+        self._batch, self._ahead, self._saved = [], _NO_RANKS, None
