@@ -18,6 +18,9 @@ from bisect import bisect_left, bisect_right, insort
 from typing import Any, Iterable, Protocol
 
 
+_MISSING = object()
+
+
 class BusyWatcher(Protocol):
     """Told about every client that becomes busy or idle."""
 
@@ -46,14 +49,15 @@ class BusyClients(dict):
         dict.__delitem__(self, client)
         self._forget(client)
 
-    _MISSING = object()
-
     def pop(self, client: int, default: Any = _MISSING) -> Any:  # type: ignore[override]
-        task = dict.pop(self, client, BusyClients._MISSING)
-        if task is not BusyClients._MISSING:
-            self._forget(client)
+        task = dict.pop(self, client, _MISSING)
+        if task is not _MISSING:  # _forget(client), inline (once per task)
+            sorted_ids = self._sorted
+            del sorted_ids[bisect_left(sorted_ids, client)]
+            if self.watcher is not None:
+                self.watcher.became_idle(client)
             return task
-        if default is BusyClients._MISSING:
+        if default is _MISSING:
             raise KeyError(client)
         return default
 
@@ -93,21 +97,21 @@ class BusyClients(dict):
         """The idle client of the given rank (0-based) in client-id order: the smallest c with
         ``c - #(busy <= c) == rank`` and c not busy.
 
-        That client is the least fixed point ``c >= rank`` of ``f(c) = rank + #(busy <= c)``
-        (f never decreases, and a busy fixed point would have rank + 1 idle clients below it).
-        Iterating f from ``rank`` climbs to it, one C-level bisection per step; with few busy
-        clients among many it arrives in two or three steps. Clusters of busy clients can
-        make the climb long, so after a few steps a binary search over the busy ids finishes:
-        with busy ids b_0 < b_1 < ..., b_j - j idle clients precede b_j, so
-        c = rank + (number of j with b_j - j <= rank)."""
+        It is ``rank + k`` for the least ``k`` with ``k == #(busy <= rank + k)`` (the count
+        never decreases as k grows, and a busy client there would have rank + 1 idle clients
+        below it). Climbing ``k <- #(busy <= rank + k)`` from ``k = 0`` reaches it, one
+        C-level bisection per step; with few busy clients among many it arrives in two or
+        three steps. Clusters of busy clients can make the climb long, so after a few steps a
+        binary search finishes: with busy ids b_0 < b_1 < ..., b_j - j idle clients precede
+        b_j, so k = the number of j with b_j - j <= rank (and at least the k reached)."""
         b = self._sorted
-        c = rank
-        for _ in range(4):
-            after = rank + bisect_right(b, c)
-            if after == c:
-                return c
-            c = after
-        lo, hi = c - rank, len(b)  # the fixed point is at least c: at least c - rank busy ids precede it
+        k = bisect_right(b, rank)
+        for _ in range(6):
+            after = bisect_right(b, rank + k, k)
+            if after == k:
+                return rank + k
+            k = after
+        lo, hi = k, len(b)
         while lo < hi:
             mid = (lo + hi) // 2
             if b[mid] - mid <= rank:
