@@ -336,12 +336,18 @@ class Clock:
         """Pending settlements, keyed like SimPy's queue: (time, priority, event id, ...)."""
         self._eid = self.env._eid
         self._sizes = np.asarray(client_sizes).astype(np.int64, copy=False)  # int(size), as Python ints by .item()
+        # Per-client values in the hot path are read (and the task counts written) through
+        # memoryviews of the same buffers: element access gives the Python int/float that
+        # ``.item`` gives, without a method call.
+        self._size_of = memoryview(self._sizes)
+        self._tasks_of = memoryview(self.client_tasks)
         self._plain_devices = type(devices) is Devices
         """Device values never change during the run (no timeline): transfer times are
         computed once per client."""
         if self._plain_devices:
-            self._down_s, self._up_s = devices.transfer_arrays(costs.bytes_down, costs.bytes_up)
-            self._compute = devices.compute
+            self._down_s, self._up_s = (memoryview(a) for a in devices.transfer_arrays(costs.bytes_down,
+                                                                                        costs.bytes_up))
+            self._compute = memoryview(devices.compute)
         self._on_async = self._async_settled
 
     @property
@@ -624,8 +630,8 @@ class Clock:
     def dispatch(self, client: int, settled: Callable[[Task], None] | None = None) -> Task:
         """Send the current model to ``client``: real work starts now, arrival is scheduled
         at now + duration; ``settled(task)`` runs when it arrives or the server gives up."""
-        n = self._sizes.item(client)
-        client_task = self.client_tasks.item(client)
+        n = self._size_of[client]
+        client_task = self._tasks_of[client]
         costs = self.costs
         if costs.local_steps is None or costs.work_for_steps is None:
             steps = full = None
@@ -634,8 +640,7 @@ class Clock:
             steps, full = self._assign_steps(client, client_task, n)
             work = costs.work_for_steps(n, steps)  # type: ignore[arg-type]
         if self._plain_devices:  # TaskTiming(download_s, compute_s, upload_s), built as the tuple it is
-            timing = _new_tuple(TaskTiming, (self._down_s.item(client), work / self._compute.item(client),
-                                             self._up_s.item(client)))
+            timing = _new_tuple(TaskTiming, (self._down_s[client], work / self._compute[client], self._up_s[client]))
         else:
             timing = task_timing(self.devices[client], costs.bytes_down, costs.bytes_up, work)
         env = self.env
@@ -645,7 +650,7 @@ class Clock:
                     costs.bytes_up, n, "running", None, None, None, None, False, None, steps, full, None, False, False,
                     settled, env)
         self.task_count += 1
-        self.client_tasks[client] = client_task + 1
+        self._tasks_of[client] = client_task + 1
         self.busy[client] = task
         in_flight = self.in_flight
         in_flight[task.index] = task
