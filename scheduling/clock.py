@@ -587,11 +587,12 @@ class Clock:
                 if not idle:
                     break
                 dispatch(busy.idle_at(rank_below(idle)), settled)
-        while len(in_flight) < concurrency:
-            client = self.pick_idle()
-            if client is None:
-                break
-            self.dispatch(client, settled)
+        else:
+            while len(in_flight) < concurrency:
+                client = self.pick_idle()
+                if client is None:
+                    break
+                self.dispatch(client, settled)
         if len(in_flight) < concurrency and not self._waiting_for_clients:
             self._waiting_for_clients = True
             self.env.process(self._wait_for_availability())
