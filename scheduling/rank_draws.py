@@ -17,8 +17,8 @@ that changes at every draw costs one scalar draw per rank, as before.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import length_hint
-from typing import Iterator
 
 import numpy as np
 

@@ -2,6 +2,8 @@
 generator is left exactly where those draws would have left it whenever someone else uses it."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,29 @@ def test_rejects_an_empty_bound_and_a_bad_cap() -> None:
         RankDraws(np.random.default_rng(0)).below(0)
     with pytest.raises(ValueError, match="max_batch"):
         RankDraws(np.random.default_rng(0), max_batch=0)
+
+
+@pytest.mark.parametrize("timeout", [None, 40.0])
+def test_an_async_clock_gives_the_same_events_with_batches_as_with_scalar_draws(timeout: float | None) -> None:
+    """A 2,000-client async run (slot picks draw in batches; with a task timeout, give-ups
+    change the idle count mid-batch) against the same run drawing every rank alone; then
+    the clock's generator is in the same state."""
+    from fedclock.scenarios.schema import AsyncMode, StopConfig
+    from fedclock.scheduling.clock import TaskCosts
+    from fedclock.scheduling.rng import Stream, numpy_rng
+    from tests.scheduling.test_clock_golden import build, lognormal_devices
+
+    def run(max_batch: int) -> tuple[list[list[Any]], dict]:
+        clock, log = build(lognormal_devices(2_000, 7), AsyncMode(type="async", concurrency=40, task_timeout_s=timeout),
+                           StopConfig(versions=1_500), sizes=np.random.default_rng(2).integers(20, 200, size=2_000),
+                           costs=TaskCosts(20_000, 10_000, lambda n: 10.0 * n), eval_every=100)
+        clock._ranks = RankDraws(numpy_rng(5, Stream.COHORT), max_batch=max_batch)
+        clock.run()
+        return log.rows, _state(clock.rng)
+
+    (rows, state), (scalar_rows, scalar_state) = run(4096), run(1)
+    assert sum(row[0] == "start" for row in rows) > 1_500
+    if timeout is not None:
+        assert sum(row[0] == "ended" and row[4] == "timed_out" for row in rows) > 20
+    assert rows == scalar_rows
+    assert state == scalar_state
