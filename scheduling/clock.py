@@ -54,10 +54,12 @@ from fedclock.scheduling.available_index import IdleAvailable, build_index
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.idle import BusyClients
+from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.windows import windowed_rounds
 
 _new_tuple = tuple.__new__
+_heappush = heapq.heappush
 
 APPLIED = "applied"
 DROPPED = "dropped"
@@ -204,6 +206,8 @@ class Arrivals:
         self._signal: simpy.Event | None = None
         """What the protocol waits on (or, while it pulls, its wake-up if one had to be scheduled)."""
         self._pulling = False
+        self._then: simpy.Event | None = None
+        """What :meth:`wait` yields first (set by :meth:`take` when it gives None)."""
 
     def land(self, task: Task) -> None:
         heapq.heappush(self._heap, (task.finishes_at, task.client, task.index, task))
@@ -221,16 +225,50 @@ class Arrivals:
             else:
                 signal.succeed()
 
-    def next(self) -> Generator[simpy.Event, Any, Task]:
-        """Wait for the next arrival. After waking, yield once more at the same instant so
-        every arrival due now has landed before the smallest client id is chosen (not needed
-        when nothing else is due at this instant).
+    def take(self) -> Task | None:
+        """The next arrival, if it can be handed out without waiting; otherwise None, and
+        :meth:`wait` does the rest (a protocol calls ``take()`` first, and ``yield from
+        wait()`` only when it gives None: no generator per arrival in the steady state).
 
-        While nothing has landed, the clock's next settlement is taken here when it is the
-        next event anyway (:meth:`Clock._pull`): waiting for it through SimPy would process
-        the same event at the same place in the order, only slower."""
+        Waiting means: after waking, yield once more at the same instant so every arrival
+        due now has landed before the smallest client id is chosen (not needed when nothing
+        else is due at this instant). While nothing has landed, the clock's next settlement
+        is taken here when it is the next event anyway (:meth:`Clock._pull`): waiting for it
+        through SimPy would process the same event at the same place in the order, only
+        slower."""
         heap = self._heap
         clock = self.clock
+        self._then = None
+        while not heap:
+            self._signal = None
+            self._pulling = True
+            pulled = clock._pull()
+            self._pulling = False
+            if self._signal is not None:
+                self._then = self._signal  # the wake-up land() scheduled
+                return None
+            if not pulled:
+                self._signal = self._then = self.env.event()  # wait for a landing
+                return None
+            if heap:
+                if clock._alone():  # the wake-up and the extra yield would be the next two events
+                    return heapq.heappop(heap)[-1]
+                self._signal = self._then = self.env.event()
+                self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
+                return None
+        if clock._alone():
+            return heapq.heappop(heap)[-1]
+        return None
+
+    def wait(self) -> Generator[simpy.Event, Any, Task]:
+        """The rest of :meth:`take` when it gave None: yield what it had to wait on, go on
+        waiting until something has landed, then yield once more at the same instant
+        (unless nothing else is due) and hand out the next arrival."""
+        heap = self._heap
+        clock = self.clock
+        if self._then is not None:
+            yield self._then
+            self._then = None
         while not heap:
             self._signal = None
             self._pulling = True
@@ -270,7 +308,9 @@ class Clock:
         self.eval_every = eval_every
         self.backend = backend
         self.recorder = recorder
-        self.rng = numpy_rng(seed, Stream.COHORT)
+        self._ranks = RankDraws(numpy_rng(seed, Stream.COHORT))
+        """The cohort stream: slot picks draw their ranks from it in batches (:attr:`rng` for
+        every other draw)."""
         self.version = 0
         self.round = 0
         self.task_count = 0
@@ -296,13 +336,25 @@ class Clock:
         """Pending settlements, keyed like SimPy's queue: (time, priority, event id, ...)."""
         self._eid = self.env._eid
         self._sizes = np.asarray(client_sizes).astype(np.int64, copy=False)  # int(size), as Python ints by .item()
+        # Per-client values in the hot path are read (and the task counts written) through
+        # memoryviews of the same buffers: element access gives the Python int/float that
+        # ``.item`` gives, without a method call.
+        self._size_of = memoryview(self._sizes)
+        self._tasks_of = memoryview(self.client_tasks)
         self._plain_devices = type(devices) is Devices
         """Device values never change during the run (no timeline): transfer times are
         computed once per client."""
         if self._plain_devices:
-            self._down_s, self._up_s = devices.transfer_arrays(costs.bytes_down, costs.bytes_up)
-            self._compute = devices.compute
+            self._down_s, self._up_s = (memoryview(a) for a in devices.transfer_arrays(costs.bytes_down,
+                                                                                        costs.bytes_up))
+            self._compute = memoryview(devices.compute)
         self._on_async = self._async_settled
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The clock's seeded generator (cohort stream), in the state one-at-a-time draws
+        would have left it in (ranks the slot picks drew ahead are given back first)."""
+        return self._ranks.generator()
 
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
@@ -509,10 +561,12 @@ class Clock:
     def async_slots(self) -> Generator[simpy.Event, Any, None]:
         """``concurrency`` tasks in flight; each arrival goes to the server at once and its
         slot is refilled with an idle, available client."""
-        self._arrivals = Arrivals(self)
+        self._arrivals = arrivals = Arrivals(self)
         self.fill_slots()
         while not self.done.triggered:
-            task = yield from self._arrivals.next()
+            task = arrivals.take()
+            if task is None:
+                task = yield from arrivals.wait()
             self.busy.pop(task.client, None)
             task.staleness = self.version - task.version
             self.aggregate([task])
@@ -526,11 +580,19 @@ class Clock:
         slots stay empty, wait for the next availability change to fill them."""
         assert isinstance(self.mode, AsyncMode)
         in_flight, concurrency, settled = self.in_flight, self.mode.concurrency, self._on_async
-        while len(in_flight) < concurrency:
-            client = self.pick_idle()
-            if client is None:
-                break
-            self.dispatch(client, settled)
+        if self._always:  # pick_idle, inline: a seeded rank among the idle clients
+            busy, clients, rank_below, dispatch = self.busy, len(self.devices), self._ranks.below, self.dispatch
+            while len(in_flight) < concurrency:
+                idle = clients - len(busy)
+                if not idle:
+                    break
+                dispatch(busy.idle_at(rank_below(idle)), settled)
+        else:
+            while len(in_flight) < concurrency:
+                client = self.pick_idle()
+                if client is None:
+                    break
+                self.dispatch(client, settled)
         if len(in_flight) < concurrency and not self._waiting_for_clients:
             self._waiting_for_clients = True
             self.env.process(self._wait_for_availability())
@@ -539,15 +601,15 @@ class Clock:
         """A uniformly random idle, available client, or None."""
         if self._always:
             idle = self.busy.idle_count(len(self.devices))
-            return self.busy.idle_at(int(self.rng.integers(idle))) if idle else None
+            return self.busy.idle_at(self._ranks.below(idle)) if idle else None
         if self._index is not None:
             idle = self._index.count(self.env.now, self.version)
-            return self._index.at(int(self.rng.integers(idle))) if idle else None
+            return self._index.at(self._ranks.below(idle)) if idle else None
         candidates = [c for c in range(len(self.devices)) if c not in self.busy
                       and self.availability[c].available(self.env.now, self.version)]
         if not candidates:
             return None
-        return candidates[int(self.rng.integers(len(candidates)))]
+        return candidates[self._ranks.below(len(candidates))]
 
     def _wait_for_availability(self) -> Generator[simpy.Event, Any, None]:
         if self._always:
@@ -569,8 +631,8 @@ class Clock:
     def dispatch(self, client: int, settled: Callable[[Task], None] | None = None) -> Task:
         """Send the current model to ``client``: real work starts now, arrival is scheduled
         at now + duration; ``settled(task)`` runs when it arrives or the server gives up."""
-        n = self._sizes.item(client)
-        client_task = self.client_tasks.item(client)
+        n = self._size_of[client]
+        client_task = self._tasks_of[client]
         costs = self.costs
         if costs.local_steps is None or costs.work_for_steps is None:
             steps = full = None
@@ -579,8 +641,7 @@ class Clock:
             steps, full = self._assign_steps(client, client_task, n)
             work = costs.work_for_steps(n, steps)  # type: ignore[arg-type]
         if self._plain_devices:  # TaskTiming(download_s, compute_s, upload_s), built as the tuple it is
-            timing = _new_tuple(TaskTiming, (self._down_s.item(client), work / self._compute.item(client),
-                                             self._up_s.item(client)))
+            timing = _new_tuple(TaskTiming, (self._down_s[client], work / self._compute[client], self._up_s[client]))
         else:
             timing = task_timing(self.devices[client], costs.bytes_down, costs.bytes_up, work)
         env = self.env
@@ -590,22 +651,23 @@ class Clock:
                     costs.bytes_up, n, "running", None, None, None, None, False, None, steps, full, None, False, False,
                     settled, env)
         self.task_count += 1
-        self.client_tasks[client] = client_task + 1
+        self._tasks_of[client] = client_task + 1
         self.busy[client] = task
         in_flight = self.in_flight
         in_flight[task.index] = task
+        timeout = self.task_timeout_s
         if self.work_and_links is not None and self.work_and_links.loses(client, client_task, timing.total_s):
             task.lost = True
-            task.gives_up_at = now + self.task_timeout_s  # type: ignore[operator]
-        elif self.task_timeout_s is not None and timing.total_s > self.task_timeout_s:
-            task.gives_up_at = now + self.task_timeout_s
+            task.gives_up_at = now + timeout  # type: ignore[operator]
+        elif timeout is not None and timing.total_s > timeout:
+            task.gives_up_at = now + timeout
         if not task.lost:  # a lost result is never used: skip its computation
             self.backend.start(task)
             task.started = True
-        at = task.finishes_at if task.gives_up_at is None else task.gives_up_at
+        gives_up_at = task.gives_up_at
+        at = task.finishes_at if gives_up_at is None else gives_up_at
         wait = at - now
-        heapq.heappush(self._agenda, (now + (wait if wait > 0.0 else 0.0), NORMAL, next(self._eid), self._settle,
-                                      task, at))
+        _heappush(self._agenda, (now + (wait if wait > 0.0 else 0.0), NORMAL, next(self._eid), self._settle, task, at))
         self.recorder.progress(now, self.version, len(in_flight))
         return task
 

@@ -14,8 +14,11 @@ busy or idle is reported to the :class:`BusyWatcher`.
 """
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, bisect_right, insort
 from typing import Any, Iterable, Protocol
+
+
+_MISSING = object()
 
 
 class BusyWatcher(Protocol):
@@ -37,29 +40,33 @@ class BusyClients(dict):
 
     def __setitem__(self, client: int, task: Any) -> None:
         if client not in self:
-            bisect.insort(self._sorted, client)
+            insort(self._sorted, client)
             if self.watcher is not None:
                 self.watcher.became_busy(client)
-        super().__setitem__(client, task)
+        dict.__setitem__(self, client, task)
 
     def __delitem__(self, client: int) -> None:
-        super().__delitem__(client)
-        del self._sorted[bisect.bisect_left(self._sorted, client)]
-        if self.watcher is not None:
-            self.watcher.became_idle(client)
-
-    _MISSING = object()
+        dict.__delitem__(self, client)
+        self._forget(client)
 
     def pop(self, client: int, default: Any = _MISSING) -> Any:  # type: ignore[override]
-        if client in self:
-            task = super().pop(client)
-            del self._sorted[bisect.bisect_left(self._sorted, client)]
+        task = dict.pop(self, client, _MISSING)
+        if task is not _MISSING:  # _forget(client), inline (once per task)
+            sorted_ids = self._sorted
+            del sorted_ids[bisect_left(sorted_ids, client)]
             if self.watcher is not None:
                 self.watcher.became_idle(client)
             return task
-        if default is BusyClients._MISSING:
+        if default is _MISSING:
             raise KeyError(client)
         return default
+
+    def _forget(self, client: int) -> None:
+        """``client`` (just removed from the mapping) is idle again."""
+        sorted_ids = self._sorted
+        del sorted_ids[bisect_left(sorted_ids, client)]
+        if self.watcher is not None:
+            self.watcher.became_idle(client)
 
     def clear(self) -> None:
         idle, self._sorted = self._sorted, []
@@ -74,9 +81,7 @@ class BusyClients(dict):
 
     def popitem(self) -> tuple[int, Any]:
         client, task = super().popitem()
-        del self._sorted[bisect.bisect_left(self._sorted, client)]
-        if self.watcher is not None:
-            self.watcher.became_idle(client)
+        self._forget(client)
         return client, task
 
     def setdefault(self, client: int, default: Any = None) -> Any:
@@ -90,10 +95,23 @@ class BusyClients(dict):
 
     def idle_at(self, rank: int) -> int:
         """The idle client of the given rank (0-based) in client-id order: the smallest c with
-        ``c - #(busy <= c) == rank``. With busy ids b_0 < b_1 < ..., b_j - j idle clients
-        precede b_j, so c = rank + (number of j with b_j - j <= rank)."""
+        ``c - #(busy <= c) == rank`` and c not busy.
+
+        It is ``rank + k`` for the least ``k`` with ``k == #(busy <= rank + k)`` (the count
+        never decreases as k grows, and a busy client there would have rank + 1 idle clients
+        below it). Climbing ``k <- #(busy <= rank + k)`` from ``k = 0`` reaches it, one
+        C-level bisection per step; with few busy clients among many it arrives in two or
+        three steps. Clusters of busy clients can make the climb long, so after a few steps a
+        binary search finishes: with busy ids b_0 < b_1 < ..., b_j - j idle clients precede
+        b_j, so k = the number of j with b_j - j <= rank (and at least the k reached)."""
         b = self._sorted
-        lo, hi = 0, len(b)
+        k = bisect_right(b, rank)
+        for _ in range(6):
+            after = bisect_right(b, rank + k, k)
+            if after == k:
+                return rank + k
+            k = after
+        lo, hi = k, len(b)
         while lo < hi:
             mid = (lo + hi) // 2
             if b[mid] - mid <= rank:

@@ -31,6 +31,17 @@ def test_idle_by_rank_matches_the_naive_scan_on_random_operations() -> None:
         BusyClients().pop(5)
 
 
+def test_idle_by_rank_with_clusters_of_busy_clients() -> None:
+    """Long runs of busy ids (where the climb of idle_at falls back to its binary search)."""
+    n = 400
+    busy = BusyClients()
+    for start, length in ((0, 50), (60, 3), (100, 120), (250, 1), (252, 1), (300, 99)):
+        for c in range(start, start + length):
+            busy[c] = c
+    idle = [c for c in range(n) if c not in busy]
+    assert busy.idle_at_many(range(len(idle))) == idle
+
+
 class _AlsoAlways:
     """Always available, but not the ``Always`` class: the clock scans the population."""
 
