@@ -50,6 +50,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.batched_net import BatchedNet
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
 
@@ -182,15 +183,29 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
                 for t in tasks]
 
-    # Matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's batched
-    # matmul then produces their gradients in this layout, and the in-place update reads both
-    # tensors contiguously (in the [K, out, in] layout the gradient arrives transposed and the
-    # update's strided reads cost more than the whole forward and backward pass).
+    nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
+    x_all = torch.cat(nonempty)
+    y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
+    # Layer chains (MLP, logistic, the two-convolution CNNs) run through BatchedNet's explicit
+    # batched forward/backward on one [K, P] tensor of the clients' flat weights (views per
+    # parameter in the flat layout: no layout copies); other models (ConvGN) through
+    # vmap(functional_call) on one stacked tensor per parameter.
+    net = BatchedNet.plan(model)
+    if net is not None and net.uses_images() and x_all.dim() != 4:
+        net = None
+
+    # vmap path: matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's
+    # batched matmul then produces their gradients in this layout, and the in-place update reads
+    # both tensors contiguously (in the [K, out, in] layout the gradient arrives transposed and
+    # the update's strided reads cost more than the whole forward and backward pass).
     transposed = [len(shape) == 2 for shape in shapes]
 
     def split(vectors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Per-client flat vectors -> one stacked tensor per parameter (client by client:
-        a batched transposing copy is several times slower)."""
+        """Per-client flat vectors -> the update's tensors: one [K, P] tensor (BatchedNet) or
+        one stacked tensor per parameter (vmap; client by client: a batched transposing copy is
+        several times slower)."""
+        if net is not None:
+            return net.split([v.to(device, torch.float32) for v in vectors])
         out, offset = [], 0
         for shape, flip in zip(shapes, transposed):
             n = shape.numel()
@@ -202,13 +217,8 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
             offset += n
         return out
 
-    def as_param(stored: torch.Tensor, flip: bool) -> torch.Tensor:
-        return stored.transpose(1, 2) if flip else stored
-
     weights = split([t.start.detach() for t in tasks])
-    nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
-    x_all = torch.cat(nonempty)
-    y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
+    net_grads = [torch.empty_like(w) for w in weights] if net is not None else []
     lr = _per_client([t.params.lr for t in tasks], device)
     momentum = _per_client([t.params.momentum for t in tasks], device)
     decay = _per_client([t.params.weight_decay for t in tasks], device)
@@ -232,21 +242,31 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         return functional_call(model, params, (x,))
 
     batched = vmap(forward)
+    plain_sgd = not proximal and not bool(clipped.any()) and not use_decay and not use_momentum and same_lr
 
     def col(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return v.view(-1, *([1] * (like.dim() - 1)))
 
     for s in range(num_steps):
-        leaves = [w.requires_grad_(True) for w in weights]
         idx, m, on = index[s], mask[s], active[s]
-        logits = batched({n: as_param(w, f) for n, w, f in zip(names, leaves, transposed)}, x_all[idx])
-        per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
-        losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
-        grads = list(torch.autograd.grad(losses.sum(), leaves))
-        weights = [w.detach() for w in leaves]
+        all_on = every_step_all or bool(on.all())
+        if net is not None:
+            # plain SGD with every client active: the update is fused into the backward pass
+            if plain_sgd and all_on:
+                loss_sum += net.step(weights, x_all[idx], y_all[idx], m, None, lr_0)
+                continue
+            losses = net.step(weights, x_all[idx], y_all[idx], m, net_grads)
+            grads = list(net_grads)
+        else:
+            leaves = [w.requires_grad_(True) for w in weights]
+            logits = batched({n: w.transpose(1, 2) if f else w for n, w, f in zip(names, leaves, transposed)},
+                             x_all[idx])
+            per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
+            losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
+            grads = list(torch.autograd.grad(losses.sum(), leaves))
+            weights = [w.detach() for w in leaves]
         with torch.no_grad():
             # in place where possible: fresh large tensors every step cost more than the arithmetic
-            all_on = every_step_all or bool(on.all())
             loss_sum += losses if all_on else losses * on
             if proximal:
                 for g, w, c in zip(grads, weights, centers):
@@ -276,6 +296,14 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
                     w.add_(g, alpha=-lr_0)
                 else:
                     w.addcmul_(col(step_lr, w), g, value=-1.0)
+    done = active.sum(0).tolist()
+    sums = loss_sum.cpu()
+
+    def metrics(j: int) -> dict[str, float]:
+        return {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"), "steps": int(done[j])}
+
+    if net is not None:
+        return [(net.join(weights, j).cpu(), metrics(j)) for j in range(k)]
     flat = torch.empty(k, factory.num_params)
     offset = 0
     for w, shape, flip in zip(weights, shapes, transposed):
@@ -283,7 +311,4 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         for j in range(k):
             flat[j, offset:offset + n].view(shape).copy_(w[j].t() if flip else w[j])
         offset += n
-    done = active.sum(0).tolist()
-    sums = loss_sum.cpu()
-    return [(flat[j].clone(), {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"),
-                               "steps": int(done[j])}) for j in range(k)]
+    return [(flat[j].clone(), metrics(j)) for j in range(k)]
