@@ -4,26 +4,27 @@
 are chains of ``Flatten``, ``Linear``, ``ReLU``, ``Conv2d`` (stride 1, no dilation or groups,
 zero padding) and ``MaxPool2d`` (kernel = stride, no padding) layers, i.e. the MLP, logistic
 regression and the two-convolution CNNs (``cnn5``, ``spfl_cnn``), for K clients with stacked
-weights, without autograd or vmap:
+weights, without autograd and without vmap (what :func:`~fedclock.algorithms.vectorized.
+vectorized_local_sgd` uses on a CPU; measured in ``benchmarks/RESULTS.md``):
 
-* every layer is a batched matrix product over the K clients (``torch.bmm`` /
-  ``torch.baddbmm``): a convolution is an im2col (the input kept channels-last,
-  ``[K, B, H, W, C]``, unfolded into ``[K, B*H*W, kh*kw*C]`` patches) times the client's
-  ``[kh*kw*C, out]`` weight matrix; vmap instead turns per-client convolutions into one
-  grouped convolution, which is slow on a CPU (its backward most of all);
-* the backward pass is written out (cross-entropy, linear/convolution weight, bias and input
-  gradients, ReLU, max-pool with the forward's indices, col2im as shifted adds);
-* large work tensors (patches, gradients) are allocated once per call and reused by every
-  step (fresh ``[K, ...]`` tensors of many megabytes cost page faults each step);
+* linear layers are batched matrix products over the K clients (``torch.baddbmm`` forward,
+  ``torch.bmm`` input gradient), on weights kept per parameter as contiguous ``[K, ...]``
+  tensors in the flat vector's own element order (no layout copies in or out);
+* convolutions of the K clients are one grouped convolution (``groups = K``) on activations
+  kept in the grouped layout ``[B, K*C, H, W]`` in channels-last memory format from the
+  input to the flatten, with the convolution's own backward kernel
+  (``aten.convolution_backward``) for input, weight and bias gradients (an im2col +
+  ``bmm`` formulation was tried and was slower: its patch and patch-gradient tensors are
+  25 times the activations);
+* the rest of the backward pass is written out: cross-entropy, ReLU (``threshold_backward``),
+  max-pool with the forward's indices, flatten; a ReLU followed by a max-pool runs after it
+  (same values and gradients, on a quarter of the elements);
+* work tensors are allocated once per call and reused by every step (fresh ``[K, ...]``
+  tensors of many megabytes cost page faults every step);
 * with plain SGD (no momentum, weight decay, clipping or proximal term, every client active,
-  one learning rate), the update is fused into the backward pass: ``W <- W - lr x^T g`` is
-  one in-place ``baddbmm`` (the gradient is never stored; each weight is read and written
-  once instead of three times).
-
-Weights are stored per parameter as ``[K, *stored_shape]``: a linear weight ``[out, in]`` as
-its transpose ``[in, out]``, a convolution weight ``[out, C, kh, kw]`` as the matrix
-``[kh*kw*C, out]`` (rows in ``(kh, kw, C)`` order, matching the channels-last patches);
-:meth:`BatchedNet.param_view` maps one client's stored slice back to the parameter's shape.
+  one learning rate), the update is fused into the backward pass: a linear layer's
+  ``W <- W - lr g^T x`` is one in-place ``baddbmm`` after its input gradient is taken, so
+  the weight gradient is never stored.
 """
 from __future__ import annotations
 
@@ -235,8 +236,7 @@ class BatchedNet:
                 if image:  # [B, K*C, H, W] -> [K, B, C*H*W] (torch's flatten order per sample)
                     rec.extra["shape"] = tuple(h.shape)
                     _, kc, hh, ww = h.shape
-                    h = h.view(b, k, kc // k, hh, ww).transpose(0, 1).reshape(k, b, -1) if h.is_contiguous() else \
-                        h.permute(1, 0, 2, 3).reshape(k, kc // k, b, hh, ww).transpose(1, 2).reshape(k, b, -1)
+                    h = h.permute(1, 0, 2, 3).reshape(k, kc // k, b, hh, ww).transpose(1, 2).reshape(k, b, -1)
                     image = False
                 else:
                     rec.extra["shape"] = tuple(h.shape)

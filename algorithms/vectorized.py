@@ -6,6 +6,12 @@ clients' weights are stacked (one ``[K, *shape]`` tensor per parameter), the mod
 through ``vmap(functional_call)`` on per-client batches, one backward pass gives every
 client's gradient (the clients' losses are summed; they share no weights, so each client's
 gradient is that of its own loss), and the SGD update is done on the stacked tensors.
+On a CPU, models that are chains of linear, convolution, ReLU, max-pool and flatten layers
+(``mlp``, ``logistic``, ``cnn5``, ``spfl_cnn``) run instead through
+:class:`~fedclock.algorithms.batched_net.BatchedNet`: the same computation with batched
+matrix products, grouped channels-last convolutions and a written-out backward pass, and,
+for plain SGD, the update fused into that pass (several times faster than vmap on a CPU;
+``benchmarks/RESULTS.md``). ``conv_gn`` and other devices use vmap.
 
 Same numbers as the sequential loop (up to float rounding; tested):
 
@@ -190,7 +196,7 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     # batched forward/backward on one [K, P] tensor of the clients' flat weights (views per
     # parameter in the flat layout: no layout copies); other models (ConvGN) through
     # vmap(functional_call) on one stacked tensor per parameter.
-    net = BatchedNet.plan(model)
+    net = BatchedNet.plan(model) if device.type == "cpu" else None  # other devices: vmap (not measured)
     if net is not None and net.uses_images() and x_all.dim() != 4:
         net = None
 
