@@ -112,6 +112,11 @@ def _chain_ok(layers: Sequence[_Layer]) -> bool:
     return any(isinstance(layer, (_Linear, _Conv)) for layer in layers)
 
 
+_LOOP_MIN = 32768
+"""Weight matrices of at least this many elements per client are updated client by client
+in the fused backward pass (input gradient, then update, per client)."""
+
+
 @dataclass
 class _Saved:
     """What a layer's forward keeps for its backward."""
@@ -288,6 +293,17 @@ class BatchedNet:
                 gin: torch.Tensor | None = None
                 if slot > first:  # the input gradient, from the weights before their update
                     gin = self._buffer("gin", slot, (k, b, w.shape[2]), w)
+                    if grads is None and w[0].numel() >= _LOOP_MIN:
+                        # fused, large weights: client by client, the update follows the input
+                        # gradient while the client's weight matrix is still in cache
+                        grad_t = grad.transpose(1, 2)
+                        for j in range(k):
+                            torch.mm(grad[j], w[j], out=gin[j])
+                            w[j].addmm_(grad_t[j], inp[j], alpha=-lr)  # type: ignore[arg-type]
+                        if layer.bias is not None:
+                            weights[layer.bias].add_(grad.sum(1), alpha=-lr)  # type: ignore[arg-type]
+                        grad = gin
+                        continue
                     torch.bmm(grad, w, out=gin)
                 if grads is not None:
                     torch.bmm(grad.transpose(1, 2), inp, out=grads[layer.weight])
