@@ -141,27 +141,30 @@ def _per_client(values: Sequence[float], device: torch.device) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.float32, device=device)
 
 
-def _index_plan(tasks: Sequence[SGDTask], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(index [S, K, B] into the concatenated train sets, sample mask [S, K, B], step mask
-    [S, K]) with S the most steps and B the largest batch of the group."""
+def _batch_plan(tasks: Sequence[SGDTask], device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(inputs [S, K, B, *sample], labels [S, K, B], sample mask [S, K, B], step mask [S, K])
+    with S the most steps and B the largest batch of the group: every client's batches
+    gathered once, before training, from its own train set (only the samples it will use;
+    padded entries are zeros with mask 0)."""
     sizes = [min(t.params.batch_size, t.data.num_train) for t in tasks]
     k, b = len(tasks), max(max(sizes), 1)
     steps = [t.steps if t.data.num_train > 0 else 0 for t in tasks]
     s = max(steps)
-    index = torch.zeros(s, k, b, dtype=torch.long)
+    first = next((t.data for t in tasks if t.data.num_train > 0), tasks[0].data)
+    x = torch.zeros(s, k, b, *first.x_train.shape[1:], dtype=first.x_train.dtype, device=device)
+    y = torch.zeros(s, k, b, dtype=first.y_train.dtype, device=device)
     mask = torch.zeros(s, k, b, dtype=torch.float32)
-    offset = 0
-    for j, task in enumerate(tasks):
-        n = task.data.num_train
-        if steps[j] > 0:
-            drawn = torch.stack(list(batches(n, task.params.batch_size, steps[j], task.rng)))
-            index[:steps[j], j, :sizes[j]] = drawn + offset
-            mask[:steps[j], j, :sizes[j]] = 1.0
-        offset += n
     active = torch.zeros(s, k, dtype=torch.bool)
-    for j, n_steps in enumerate(steps):
-        active[:n_steps, j] = True
-    return index.to(device), mask.to(device), active.to(device)
+    for j, task in enumerate(tasks):
+        if steps[j] > 0:
+            drawn = torch.stack(list(batches(task.data.num_train, task.params.batch_size, steps[j], task.rng)))
+            on_data = drawn.to(task.data.x_train.device)
+            x[:steps[j], j, :sizes[j]] = task.data.x_train[on_data]
+            y[:steps[j], j, :sizes[j]] = task.data.y_train[on_data]
+            mask[:steps[j], j, :sizes[j]] = 1.0
+            active[:steps[j], j] = True
+    return x, y, mask.to(device), active.to(device)
 
 
 def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
@@ -183,21 +186,18 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     for t in tasks:
         if t.start.numel() != factory.num_params:
             raise ValueError(f"flat vector has {t.start.numel()} values, the model {factory.num_params}")
-    index, mask, active = _index_plan(tasks, device)
-    num_steps = index.shape[0]
+    xs, ys, mask, active = _batch_plan(tasks, device)
+    num_steps = xs.shape[0]
     if num_steps == 0:
         return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
                 for t in tasks]
 
-    nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
-    x_all = torch.cat(nonempty)
-    y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
     # Layer chains (MLP, logistic, the two-convolution CNNs) run through BatchedNet's explicit
     # batched forward/backward on one [K, P] tensor of the clients' flat weights (views per
     # parameter in the flat layout: no layout copies); other models (ConvGN) through
     # vmap(functional_call) on one stacked tensor per parameter.
     net = BatchedNet.plan(model) if device.type == "cpu" else None  # other devices: vmap (not measured)
-    if net is not None and net.uses_images() and x_all.dim() != 4:
+    if net is not None and net.uses_images() and xs.dim() != 6:
         net = None
 
     # vmap path: matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's
@@ -254,20 +254,20 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         return v.view(-1, *([1] * (like.dim() - 1)))
 
     for s in range(num_steps):
-        idx, m, on = index[s], mask[s], active[s]
+        m, on = mask[s], active[s]
         all_on = every_step_all or bool(on.all())
         if net is not None:
             # plain SGD with every client active: the update is fused into the backward pass
             if plain_sgd and all_on:
-                loss_sum += net.step(weights, x_all[idx], y_all[idx], m, None, lr_0)
+                loss_sum += net.step(weights, xs[s], ys[s], m, None, lr_0)
                 continue
-            losses = net.step(weights, x_all[idx], y_all[idx], m, net_grads)
+            losses = net.step(weights, xs[s], ys[s], m, net_grads)
             grads = list(net_grads)
         else:
             leaves = [w.requires_grad_(True) for w in weights]
             logits = batched({n: w.transpose(1, 2) if f else w for n, w, f in zip(names, leaves, transposed)},
-                             x_all[idx])
-            per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
+                             xs[s])
+            per_sample = F.cross_entropy(logits.flatten(0, 1), ys[s].flatten(), reduction="none").view_as(m)
             losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
             grads = list(torch.autograd.grad(losses.sum(), leaves))
             weights = [w.detach() for w in leaves]
