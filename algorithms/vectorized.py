@@ -193,9 +193,8 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
                 for t in tasks]
 
     # Layer chains (MLP, logistic, the two-convolution CNNs) run through BatchedNet's explicit
-    # batched forward/backward on one [K, P] tensor of the clients' flat weights (views per
-    # parameter in the flat layout: no layout copies); other models (ConvGN) through
-    # vmap(functional_call) on one stacked tensor per parameter.
+    # batched forward/backward on one [K, ...] tensor per parameter in the flat vector's own
+    # element order (no layout copies); other models (ConvGN) through vmap(functional_call).
     net = BatchedNet.plan(model) if device.type == "cpu" else None  # other devices: vmap (not measured)
     if net is not None and net.uses_images() and xs.dim() != 6:
         net = None
@@ -207,9 +206,9 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     transposed = [len(shape) == 2 for shape in shapes]
 
     def split(vectors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Per-client flat vectors -> the update's tensors: one [K, P] tensor (BatchedNet) or
-        one stacked tensor per parameter (vmap; client by client: a batched transposing copy is
-        several times slower)."""
+        """Per-client flat vectors -> one stacked tensor per parameter (BatchedNet's layout, or
+        the vmap layout, filled client by client: a batched transposing copy is several times
+        slower)."""
         if net is not None:
             return net.split([v.to(device, torch.float32) for v in vectors])
         out, offset = [], 0
