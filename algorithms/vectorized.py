@@ -6,6 +6,12 @@ clients' weights are stacked (one ``[K, *shape]`` tensor per parameter), the mod
 through ``vmap(functional_call)`` on per-client batches, one backward pass gives every
 client's gradient (the clients' losses are summed; they share no weights, so each client's
 gradient is that of its own loss), and the SGD update is done on the stacked tensors.
+On a CPU, models that are chains of linear, convolution, ReLU, max-pool and flatten layers
+(``mlp``, ``logistic``, ``cnn5``, ``spfl_cnn``) run instead through
+:class:`~fedclock.algorithms.batched_net.BatchedNet`: the same computation with batched
+matrix products, grouped channels-last convolutions and a written-out backward pass, and,
+for plain SGD, the update fused into that pass (several times faster than vmap on a CPU;
+``benchmarks/RESULTS.md``). ``conv_gn`` and other devices use vmap.
 
 Same numbers as the sequential loop (up to float rounding; tested):
 
@@ -50,6 +56,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.batched_net import BatchedNet
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
 
@@ -134,27 +141,30 @@ def _per_client(values: Sequence[float], device: torch.device) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.float32, device=device)
 
 
-def _index_plan(tasks: Sequence[SGDTask], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(index [S, K, B] into the concatenated train sets, sample mask [S, K, B], step mask
-    [S, K]) with S the most steps and B the largest batch of the group."""
+def _batch_plan(tasks: Sequence[SGDTask], device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(inputs [S, K, B, *sample], labels [S, K, B], sample mask [S, K, B], step mask [S, K])
+    with S the most steps and B the largest batch of the group: every client's batches
+    gathered once, before training, from its own train set (only the samples it will use;
+    padded entries are zeros with mask 0)."""
     sizes = [min(t.params.batch_size, t.data.num_train) for t in tasks]
     k, b = len(tasks), max(max(sizes), 1)
     steps = [t.steps if t.data.num_train > 0 else 0 for t in tasks]
     s = max(steps)
-    index = torch.zeros(s, k, b, dtype=torch.long)
+    first = next((t.data for t in tasks if t.data.num_train > 0), tasks[0].data)
+    x = torch.zeros(s, k, b, *first.x_train.shape[1:], dtype=first.x_train.dtype, device=device)
+    y = torch.zeros(s, k, b, dtype=first.y_train.dtype, device=device)
     mask = torch.zeros(s, k, b, dtype=torch.float32)
-    offset = 0
-    for j, task in enumerate(tasks):
-        n = task.data.num_train
-        if steps[j] > 0:
-            drawn = torch.stack(list(batches(n, task.params.batch_size, steps[j], task.rng)))
-            index[:steps[j], j, :sizes[j]] = drawn + offset
-            mask[:steps[j], j, :sizes[j]] = 1.0
-        offset += n
     active = torch.zeros(s, k, dtype=torch.bool)
-    for j, n_steps in enumerate(steps):
-        active[:n_steps, j] = True
-    return index.to(device), mask.to(device), active.to(device)
+    for j, task in enumerate(tasks):
+        if steps[j] > 0:
+            drawn = torch.stack(list(batches(task.data.num_train, task.params.batch_size, steps[j], task.rng)))
+            on_data = drawn.to(task.data.x_train.device)
+            x[:steps[j], j, :sizes[j]] = task.data.x_train[on_data]
+            y[:steps[j], j, :sizes[j]] = task.data.y_train[on_data]
+            mask[:steps[j], j, :sizes[j]] = 1.0
+            active[:steps[j], j] = True
+    return x, y, mask.to(device), active.to(device)
 
 
 def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
@@ -176,21 +186,31 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     for t in tasks:
         if t.start.numel() != factory.num_params:
             raise ValueError(f"flat vector has {t.start.numel()} values, the model {factory.num_params}")
-    index, mask, active = _index_plan(tasks, device)
-    num_steps = index.shape[0]
+    xs, ys, mask, active = _batch_plan(tasks, device)
+    num_steps = xs.shape[0]
     if num_steps == 0:
         return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
                 for t in tasks]
 
-    # Matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's batched
-    # matmul then produces their gradients in this layout, and the in-place update reads both
-    # tensors contiguously (in the [K, out, in] layout the gradient arrives transposed and the
-    # update's strided reads cost more than the whole forward and backward pass).
+    # Layer chains (MLP, logistic, the two-convolution CNNs) run through BatchedNet's explicit
+    # batched forward/backward on one [K, ...] tensor per parameter in the flat vector's own
+    # element order (no layout copies); other models (ConvGN) through vmap(functional_call).
+    net = BatchedNet.plan(model) if device.type == "cpu" else None  # other devices: vmap (not measured)
+    if net is not None and net.uses_images() and xs.dim() != 6:
+        net = None
+
+    # vmap path: matrices (linear layers' weights) are stored transposed, [K, in, out]: vmap's
+    # batched matmul then produces their gradients in this layout, and the in-place update reads
+    # both tensors contiguously (in the [K, out, in] layout the gradient arrives transposed and
+    # the update's strided reads cost more than the whole forward and backward pass).
     transposed = [len(shape) == 2 for shape in shapes]
 
     def split(vectors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Per-client flat vectors -> one stacked tensor per parameter (client by client:
-        a batched transposing copy is several times slower)."""
+        """Per-client flat vectors -> one stacked tensor per parameter (BatchedNet's layout, or
+        the vmap layout, filled client by client: a batched transposing copy is several times
+        slower)."""
+        if net is not None:
+            return net.split([v.to(device, torch.float32) for v in vectors])
         out, offset = [], 0
         for shape, flip in zip(shapes, transposed):
             n = shape.numel()
@@ -202,13 +222,8 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
             offset += n
         return out
 
-    def as_param(stored: torch.Tensor, flip: bool) -> torch.Tensor:
-        return stored.transpose(1, 2) if flip else stored
-
     weights = split([t.start.detach() for t in tasks])
-    nonempty = [t.data.x_train for t in tasks if t.data.num_train > 0]
-    x_all = torch.cat(nonempty)
-    y_all = torch.cat([t.data.y_train for t in tasks if t.data.num_train > 0])
+    net_grads = [torch.empty_like(w) for w in weights] if net is not None else []
     lr = _per_client([t.params.lr for t in tasks], device)
     momentum = _per_client([t.params.momentum for t in tasks], device)
     decay = _per_client([t.params.weight_decay for t in tasks], device)
@@ -232,21 +247,31 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         return functional_call(model, params, (x,))
 
     batched = vmap(forward)
+    plain_sgd = not proximal and not bool(clipped.any()) and not use_decay and not use_momentum and same_lr
 
     def col(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return v.view(-1, *([1] * (like.dim() - 1)))
 
     for s in range(num_steps):
-        leaves = [w.requires_grad_(True) for w in weights]
-        idx, m, on = index[s], mask[s], active[s]
-        logits = batched({n: as_param(w, f) for n, w, f in zip(names, leaves, transposed)}, x_all[idx])
-        per_sample = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none").view_as(m)
-        losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
-        grads = list(torch.autograd.grad(losses.sum(), leaves))
-        weights = [w.detach() for w in leaves]
+        m, on = mask[s], active[s]
+        all_on = every_step_all or bool(on.all())
+        if net is not None:
+            # plain SGD with every client active: the update is fused into the backward pass
+            if plain_sgd and all_on:
+                loss_sum += net.step(weights, xs[s], ys[s], m, None, lr_0)
+                continue
+            losses = net.step(weights, xs[s], ys[s], m, net_grads)
+            grads = list(net_grads)
+        else:
+            leaves = [w.requires_grad_(True) for w in weights]
+            logits = batched({n: w.transpose(1, 2) if f else w for n, w, f in zip(names, leaves, transposed)},
+                             xs[s])
+            per_sample = F.cross_entropy(logits.flatten(0, 1), ys[s].flatten(), reduction="none").view_as(m)
+            losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
+            grads = list(torch.autograd.grad(losses.sum(), leaves))
+            weights = [w.detach() for w in leaves]
         with torch.no_grad():
             # in place where possible: fresh large tensors every step cost more than the arithmetic
-            all_on = every_step_all or bool(on.all())
             loss_sum += losses if all_on else losses * on
             if proximal:
                 for g, w, c in zip(grads, weights, centers):
@@ -276,6 +301,14 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
                     w.add_(g, alpha=-lr_0)
                 else:
                     w.addcmul_(col(step_lr, w), g, value=-1.0)
+    done = active.sum(0).tolist()
+    sums = loss_sum.cpu()
+
+    def metrics(j: int) -> dict[str, float]:
+        return {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"), "steps": int(done[j])}
+
+    if net is not None:
+        return [(net.join(weights, j).cpu(), metrics(j)) for j in range(k)]
     flat = torch.empty(k, factory.num_params)
     offset = 0
     for w, shape, flip in zip(weights, shapes, transposed):
@@ -283,7 +316,4 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
         for j in range(k):
             flat[j, offset:offset + n].view(shape).copy_(w[j].t() if flip else w[j])
         offset += n
-    done = active.sum(0).tolist()
-    sums = loss_sum.cpu()
-    return [(flat[j].clone(), {"train_loss": float(sums[j]) / done[j] if done[j] else float("nan"),
-                               "steps": int(done[j])}) for j in range(k)]
+    return [(flat[j].clone(), metrics(j)) for j in range(k)]
