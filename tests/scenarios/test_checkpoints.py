@@ -229,8 +229,9 @@ def test_resume_after_sigkill_of_the_driver_equals_an_uninterrupted_run(tmp_path
 def test_a_resumed_vectorized_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               sections: dict[str, Any], crash: int) -> None:
     """Vectorized clients (tasks of one instant trained as one group): the resumed run has the
-    same events and client rows, and its metrics equal the uninterrupted run's within float
-    rounding (restarted in-flight tasks may be grouped differently)."""
+    same client and timeline rows and the same event times, and its losses and accuracies
+    equal the uninterrupted run's within float rounding (restarted in-flight tasks may be
+    grouped differently)."""
     inline = Runtime("inline")
     with_ckpt = scenario(**sections, runtime={"backend": "inline", "vectorize": 4},
                          output={"checkpoint_every": 3, "progress": False})
@@ -241,7 +242,10 @@ def test_a_resumed_vectorized_run_equals_an_uninterrupted_one(tmp_path: Path, mo
     monkeypatch.undo()
     run_scenario(with_ckpt, inline, tmp_path / "crashed", resume=True)
     left, right = _tables(tmp_path / "plain"), _tables(tmp_path / "crashed")
-    for name in ("events", "clients", "timeline"):
+    for name in ("clients", "timeline"):
         pd.testing.assert_frame_equal(left[name], right[name], check_exact=True, obj=name)
+    pd.testing.assert_frame_equal(left["events"].drop(columns=["train_loss"]), right["events"].drop(columns=["train_loss"]),
+                                  check_exact=True, obj="events")
+    pd.testing.assert_series_equal(left["events"].train_loss, right["events"].train_loss, check_exact=False, atol=1e-5)
     pd.testing.assert_frame_equal(left["metrics"], right["metrics"], check_exact=False, atol=1e-5, obj="metrics")
     assert len(left["metrics"]) > 3
