@@ -237,26 +237,15 @@ class Arrivals:
         through SimPy would process the same event at the same place in the order, only
         slower."""
         heap = self._heap
-        clock = self.clock
         self._then = None
         while not heap:
-            self._signal = None
-            self._pulling = True
-            pulled = clock._pull()
-            self._pulling = False
-            if self._signal is not None:
-                self._then = self._signal  # the wake-up land() scheduled
+            step = self._pull_once()
+            if isinstance(step, Task):
+                return step
+            if step is not None:
+                self._then = step
                 return None
-            if not pulled:
-                self._signal = self._then = self.env.event()  # wait for a landing
-                return None
-            if heap:
-                if clock._alone():  # the wake-up and the extra yield would be the next two events
-                    return heapq.heappop(heap)[-1]
-                self._signal = self._then = self.env.event()
-                self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
-                return None
-        if clock._alone():
+        if self.clock._alone():
             return heapq.heappop(heap)[-1]
         return None
 
@@ -265,29 +254,41 @@ class Arrivals:
         waiting until something has landed, then yield once more at the same instant
         (unless nothing else is due) and hand out the next arrival."""
         heap = self._heap
-        clock = self.clock
         if self._then is not None:
             yield self._then
             self._then = None
         while not heap:
-            self._signal = None
-            self._pulling = True
-            pulled = clock._pull()
-            self._pulling = False
-            if self._signal is not None:
-                yield self._signal  # the wake-up land() scheduled
-            elif not pulled:
-                self._signal = self.env.event()
-                yield self._signal  # wait for a landing
-            elif heap:
-                if clock._alone():  # the wake-up and the extra yield would be the next two events
-                    return heapq.heappop(heap)[-1]
-                self._signal = self.env.event()
-                self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
-                yield self._signal
-        if not clock._alone():
+            step = self._pull_once()
+            if isinstance(step, Task):
+                return step
+            if step is not None:
+                yield step
+        if not self.clock._alone():
             yield self.env.timeout(0)
         return heapq.heappop(heap)[-1]
+
+    def _pull_once(self) -> simpy.Event | Task | None:
+        """One step of waiting while nothing has landed: take the clock's next settlement
+        when it is the next event of the run. Gives the arrival to hand out at once (it
+        landed and nothing else is due), an event to wait on (the wake-up ``land()``
+        scheduled, one for the next landing, or an already succeeded wake-up), or None
+        (look again)."""
+        self._signal = None
+        self._pulling = True
+        pulled = self.clock._pull()
+        self._pulling = False
+        if self._signal is not None:
+            return self._signal  # the wake-up land() scheduled
+        if not pulled:
+            self._signal = self.env.event()  # wait for a landing
+            return self._signal
+        if not self._heap:
+            return None
+        if self.clock._alone():  # the wake-up and the extra yield would be the next two events
+            return heapq.heappop(self._heap)[-1]
+        self._signal = self.env.event()
+        self._signal.succeed()  # the wake-up, as land() would have scheduled it (nothing ran since)
+        return self._signal
 
 
 class Clock:
