@@ -2,8 +2,13 @@
 Ray cluster) and compare the result with the same scenario file run inline in this process."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
@@ -36,3 +41,19 @@ def run_inline(file: Path, out: Path, overrides: Sequence[str] = ()) -> None:
     backend in this process, writing its results to ``out``."""
     (run,) = load_suite(file, list(overrides)).runs
     run_scenario(run, Runtime("inline"), out)
+
+
+def kill_run_when(file: Path, out: Path, ready: Callable[[], bool], timeout_s: float = 120.0) -> int:
+    """``fedclock run FILE --out OUT --quiet`` in a child process, killed with SIGKILL as soon
+    as ``ready()`` holds (asserting it did not end before); returns its exit status."""
+    proc = subprocess.Popen([sys.executable, "-m", "fedclock.scenarios.cli", "run", str(file), "--out", str(out),
+                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and not ready():
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    return proc.returncode

@@ -5,11 +5,7 @@ connections and timeline events; ``fedclock run --resume DIR`` after a SIGKILL d
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +23,7 @@ from fedclock.scenarios.loader import ScenarioError
 from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
 from tests.actors.test_heterogeneity_determinism import FLAKY_PARTIAL
 from tests.conftest import scenario
+from tests.user_runs import kill_run_when
 
 TABLES = ("metrics", "events", "clients", "timeline")
 
@@ -201,17 +198,8 @@ def test_resume_after_sigkill_of_the_driver_equals_an_uninterrupted_run(tmp_path
     file = tmp_path / "killed.yaml"
     file.write_text(KILLED)
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "fedclock.scenarios.cli", "run", str(file), "--out", str(out),
-                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not any(p.name.isdigit() for p in (out / "checkpoints").glob("*")):
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    code = kill_run_when(file, out, lambda: any(p.name.isdigit() for p in (out / "checkpoints").glob("*")))
+    assert code == -signal.SIGKILL
     resumed_from = max(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     assert main(["run", str(file), "--out", str(tmp_path / "whole"), "--quiet"]) == 0

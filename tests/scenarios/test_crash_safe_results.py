@@ -3,11 +3,7 @@ all open, and the main files plus their part files hold every row up to the last
 event — the same rows, in the same order, as an uninterrupted run's."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +11,7 @@ import pyarrow.parquet as pq
 
 from fedclock.scenarios.results import EVENTS_SCHEMA, Table, read_rows
 from fedclock.scenarios.rundirs import find_runs
-from tests.user_runs import fedasync_on_digits, run_inline
+from tests.user_runs import fedasync_on_digits, kill_run_when, run_inline
 
 SCENARIO = fedasync_on_digits("crash", seed=5, num_clients=6, versions=100000, every=2, runtime="{backend: inline}",
                               output="{flush_every_s: 1000, progress: false}")
@@ -25,17 +21,8 @@ def test_a_killed_run_leaves_valid_files_with_every_completed_row(tmp_path: Path
     file = tmp_path / "crash.yaml"
     file.write_text(SCENARIO)
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "fedclock.scenarios.cli", "run", str(file), "--out", str(out),
-                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and len(list((out / "events.parts").glob("*.parquet"))) < 30:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    code = kill_run_when(file, out, lambda: len(list((out / "events.parts").glob("*.parquet"))) >= 30)
+    assert code == -signal.SIGKILL
     for path in out.rglob("*.parquet"):
         pq.read_table(path)  # every Parquet file opens
     events = read_rows(out / "events.parquet").to_pandas()
