@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fedclock.actors.wire import map_tensors
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, EvalResult, ServerState, Tensors
 from fedclock.algorithms.vectorized import client_updates
 from fedclock.scenarios.federation import Federation
@@ -22,19 +23,17 @@ to keep, 0.0 when it returned None (stateless algorithms), so the runtime can dr
 reference without fetching the state. The runtime removes the key before recording metrics."""
 
 
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    larger = tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size()
+    return tensor.clone() if larger else tensor
+
+
 def compact(value: Any) -> Any:
     """``value`` (a tensor, or a dict/list/tuple of them, or anything else) with every tensor
     that is a view into a larger storage replaced by a copy of just its elements (same
     values). Pickling a view ships its whole storage: a state sliced out of a flat vector
     would otherwise travel and be kept at the size of the whole vector."""
-    if isinstance(value, torch.Tensor):
-        larger = value.untyped_storage().nbytes() > value.numel() * value.element_size()
-        return value.clone() if larger else value
-    if isinstance(value, dict):
-        return {k: compact(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(compact(v) for v in value)
-    return value
+    return map_tensors(value, _owned)
 
 
 class ClientExecutor:

@@ -13,7 +13,7 @@ inline backend passes objects as they are.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -45,17 +45,27 @@ def _travels(value: torch.Tensor) -> bool:
             and not value.is_neg())
 
 
-def to_wire(value: Any) -> Any:
-    """``value`` with every plain CPU tensor in it (in dicts, lists, tuples, and the
-    ``tensors`` of a dataclass such as ``ServerState``) wrapped as a :class:`WireTensor`;
-    anything else (GPU tensors, parameters, tensors needing grad) is left to Ray's pickling."""
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` with ``fn`` applied to every tensor in it: in dicts, lists, tuples (not named
+    tuples), and the ``tensors`` of a dataclass such as ``ServerState``; anything else as is."""
     if isinstance(value, torch.Tensor):
-        return WireTensor(value) if _travels(value) else value
+        return fn(value)
     if isinstance(value, dict):
-        return {k: to_wire(v) for k, v in value.items()}
+        return {k: map_tensors(v, fn) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(to_wire(v) for v in value)
+        return type(value)(map_tensors(v, fn) for v in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and isinstance(getattr(value, "tensors", None),
                                                                                       dict):
-        return dataclasses.replace(value, tensors=to_wire(value.tensors))
+        return dataclasses.replace(value, tensors=map_tensors(value.tensors, fn))
     return value
+
+
+def _wrapped(value: torch.Tensor) -> Any:
+    return WireTensor(value) if _travels(value) else value
+
+
+def to_wire(value: Any) -> Any:
+    """``value`` with every plain CPU tensor in it (see :func:`map_tensors`) wrapped as a
+    :class:`WireTensor`; anything else (GPU tensors, parameters, tensors needing grad) is left
+    to Ray's pickling."""
+    return map_tensors(value, _wrapped)
