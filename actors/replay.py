@@ -111,6 +111,7 @@ class CheckpointingBackend:
         """The run's state now, right after the ``apply`` of ``applied``, fetched from the actors."""
         s = self.session
         server, receives = s.server_snapshot()
+        s.settle_all()  # deferred tasks' states are part of the checkpoint
         clients = sorted(s.client_state)
         states = _fetch(s, [s.client_state[c] for c in clients])
         tasks = sorted(self.running.values(), key=lambda t: t.index)

@@ -454,6 +454,11 @@ class _Running:
     tries: int = 0
     group: list["_Running"] | None = None
     """The tasks sent in one call with this one (a group, see :mod:`fedclock.actors.grouping`), itself included."""
+    deferred: bool = False
+    """Not run yet: its upload is discarded, and it runs when the client state it leaves is
+    first needed (:meth:`Session._settled`)."""
+    kept: Any = None
+    """After a deferred task ran: the handle of the client state it left (None: none)."""
 
 
 class Session:
@@ -474,7 +479,15 @@ class Session:
     groups of at most ``tasks_per_call``; 1 sends each task at once) to ``train_each``, which
     runs them one by one as ``train`` would. A group whose executor died is re-run whole. Tasks
     restarted from a checkpoint are grouped among themselves, so a resumed vectorized run
-    equals the uninterrupted one within float rounding (bit for bit without vectorizing)."""
+    equals the uninterrupted one within float rounding (bit for bit without vectorizing).
+
+    A task whose upload the clock knows at dispatch to be discarded (``task.upload_discarded``:
+    the server gives up on it, or drops it as late) changes nothing but the client state it
+    leaves. Its computation is deferred until that state is first needed: the client's next
+    task, a personalized evaluation, the final states, a checkpoint. A deferred task whose
+    state is never needed (the run ends first, or its release keeps no state) never runs.
+    When it does run, it runs with the inputs it was dispatched with (payload, state, task
+    index and so seed), so the tables are those of running it at once, bit for bit."""
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
                  client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
@@ -501,6 +514,10 @@ class Session:
         """Each client's personalized result (client id order) at the last evaluation."""
         self.version = 0
         self.client_state: dict[int, Any] = {}
+        """Each client's kept state (a handle); a client in :attr:`_deferred` has a newer one,
+        still to compute (:meth:`kept_state` settles it)."""
+        self._deferred: dict[int, _Running] = {}
+        """Clients whose latest kept state is that of a deferred task, not run yet."""
         self.respawns = 0
         self._respawn = respawn
         self._load = [0] * len(executors)
@@ -515,7 +532,12 @@ class Session:
 
     # ------------------------------------------------------------------ Backend
     def start(self, task: Task) -> None:
-        self._launch(task, self._payload_for(task.client), self.client_state.get(task.client))
+        if task.upload_discarded:  # only its client state can matter: computed when first needed
+            latest = self._deferred.get(task.client, self.client_state.get(task.client))
+            inputs = TaskInputs(task.client, task.client_task, self._payload_for(task.client), latest, task.steps)
+            task.handle = _Running(-1, inputs, deferred=True)
+            return
+        self._launch(task, self._payload_for(task.client), self.kept_state(task.client))
 
     def _launch(self, task: Task, payload: Any, state: Any) -> None:
         inputs = TaskInputs(task.client, task.client_task, payload, state, task.steps)
@@ -543,6 +565,12 @@ class Session:
         return self.version
 
     def release(self, task: Task, keep_state: bool) -> None:
+        running: _Running = task.handle
+        if running.deferred:
+            if keep_state:
+                self._deferred[task.client] = running
+            task.handle = None
+            return
         self._flush()
         self._finish(task, keep_state, metrics=self._metrics(task.handle) if keep_state else None)
 
@@ -557,6 +585,7 @@ class Session:
         out = {"global_accuracy": g.accuracy, "global_loss": g.loss,
                **self._server_get(self.t.call(self.server, "metrics"))}
         if self.personalized:
+            self.settle_all()
             self.client_results = self._personalized()
             accs = np.array([r.accuracy for r in self.client_results if r.count > 0])
             out.update(personal_accuracy_mean=float(np.mean(accs)), personal_accuracy_p10=float(np.quantile(accs, 0.1)),
@@ -566,6 +595,7 @@ class Session:
     def final_states(self) -> tuple[Any, dict[int, Any]]:
         """The server's global state and every client's kept state (fetched), after a run."""
         self._flush()
+        self.settle_all()
         server_state = self._server_get(self.t.call(self.server, "current_state"))
         clients = sorted(self.client_state)
         values = self.t.get([self.client_state[c] for c in clients]) if clients else []
@@ -579,7 +609,8 @@ class Session:
     def task_inputs(self, task: Task) -> tuple[Any, Any]:
         """A running task's payload and client state as handed to it at its start (handles)."""
         inputs: TaskInputs = task.handle.inputs
-        return inputs.payload, inputs.state
+        state = self._settled(inputs.state) if isinstance(inputs.state, _Running) else inputs.state
+        return inputs.payload, state
 
     def server_snapshot(self) -> tuple[ServerState, int]:
         """The server's global state and receive count."""
@@ -590,12 +621,52 @@ class Session:
         """Put the server and every client's kept state back to a checkpoint's."""
         self.version = int(self._server_get(self.t.call(self.server, "restore", state, receives)))
         self.client_state = {c: self.t.put(v) for c, v in clients.items()}
+        self._deferred = {}
         self._payload = None
 
     def restart(self, task: Task, payload: Any, state: Any) -> None:
         """Start ``task`` from saved inputs (handles from ``t.put``), as :meth:`start` did
         before a restore."""
         self._launch(task, payload, state)
+
+    # ------------------------------------------------------------------ deferred tasks
+    def kept_state(self, client: int) -> Any:
+        """The handle of ``client``'s latest kept state (None: none), running its deferred
+        tasks first if it has any."""
+        running = self._deferred.pop(client, None)
+        if running is not None:
+            kept = self._settled(running)
+            if kept is None:
+                self.client_state.pop(client, None)
+            else:
+                self.client_state[client] = kept
+        return self.client_state.get(client)
+
+    def settle_all(self) -> None:
+        """Every client's latest state computed (before reading all of them)."""
+        for client in sorted(self._deferred):
+            self.kept_state(client)
+
+    def _settled(self, running: _Running) -> Any:
+        """Run the deferred task ``running`` — after the deferred tasks whose state it starts
+        from, oldest first — and return the handle of the state it leaves. Each runs once,
+        blocking until it is done (an executor that dies is replaced and the task re-run)."""
+        chain: list[_Running] = []
+        link: Any = running
+        while isinstance(link, _Running) and link.deferred:
+            chain.append(link)
+            link = link.inputs.state
+        state = link.kept if isinstance(link, _Running) else link
+        for task in reversed(chain):
+            task.inputs = task.inputs._replace(state=state)
+            task.slot = min(range(len(self.executors)), key=self._load.__getitem__)
+            self._load[task.slot] += 1
+            task.results = self._train(task.slot, task.inputs)
+            kept = self._metrics(task).get(STATE_KEPT, 1.0)
+            self._load[task.slot] -= 1
+            task.deferred = False
+            task.kept = state = task.results.state if kept else None
+        return running.kept
 
     # ------------------------------------------------------------------ faults
     def _train(self, slot: int, inputs: TaskInputs) -> TaskResults:

@@ -77,7 +77,7 @@ def _session_access(session: Any) -> tuple[Any, Any]:
         return session.payload(c)
 
     def state_for(c: int) -> Any:
-        handle = session.client_state.get(c)
+        handle = session.kept_state(c)
         return None if handle is None else t.get(handle)
 
     return payload_for, state_for

@@ -51,7 +51,8 @@ class Backend(Protocol):
     """The real compute, as the clock sees it."""
 
     def start(self, task: Task) -> None:
-        """Begin the task's computation now (non-blocking)."""
+        """Begin the task's computation now (non-blocking); with ``task.upload_discarded``,
+        now or whenever the client state it leaves is first needed."""
 
     def apply(self, tasks: Sequence[Task]) -> int:
         """Hand these arrivals (with ``staleness`` set) to the server; return the server version."""
@@ -251,6 +252,7 @@ class Clock:
         elif timeout is not None and timing.total_s > timeout:
             task.gives_up_at = now + timeout
         if not task.lost and not self._discarded(task):  # a result never used: skip its computation
+            task.upload_discarded = self._upload_discarded(task)
             self.backend.start(task)
             task.started = True
         self.kernel.arm(task)
@@ -272,8 +274,12 @@ class Clock:
         budget = self.stop.virtual_time_s
         if budget is not None and task.finishes_at > budget:
             return True
-        if not self.stateless_clients:
-            return False
+        return self.stateless_clients and self._upload_discarded(task)
+
+    def _upload_discarded(self, task: Task) -> bool:
+        """Whether the server will not use ``task``'s upload, known at its dispatch: it gives
+        up on the task first (``mode.task_timeout_s``), or the task finishes after its sync
+        round's deadline with ``late_results: drop``."""
         drop_after = self.drop_after
         return task.gives_up_at is not None or (drop_after is not None and task.finishes_at > drop_after)
 

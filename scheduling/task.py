@@ -34,8 +34,8 @@ class Task:
 
     __slots__ = ("index", "client", "client_task", "round", "version", "dispatched_at", "timing", "bytes_down",
                  "bytes_up", "num_samples", "status", "staleness", "version_applied", "ended_at", "metrics", "late",
-                 "handle", "steps", "steps_full", "gives_up_at", "lost", "started", "finishes_at", "on_settle",
-                 "settled", "free_event", "_env")
+                 "handle", "steps", "steps_full", "gives_up_at", "lost", "started", "upload_discarded", "finishes_at",
+                 "on_settle", "settled", "free_event", "_env")
 
     def __init__(self, *, index: int, client: int, client_task: int, round: int, version: int,
                  dispatched_at: float, timing: TaskTiming, bytes_down: int, bytes_up: int, num_samples: int,
@@ -79,6 +79,10 @@ class Task:
         """The client lost its connection: the result never comes back."""
         self.started = False
         """The backend computes the task (lost-at-dispatch tasks are never computed)."""
+        self.upload_discarded = False
+        """Known at dispatch: the server will not use the task's upload (it gives up on the
+        task first, or drops it as late); only the client state the task leaves can matter,
+        so the backend may compute it when that state is next needed."""
         self.finishes_at: float = dispatched_at + (timing.download_s + timing.compute_s + timing.upload_s)
         """When the client's result reaches the server (had it not been lost)."""
         self.settled = False

@@ -34,6 +34,7 @@ SYNC = dict(  # control variates kept per client, sampled cohorts, a deadline wi
     mode={"type": "sync", "cohort_size": 3, "deadline_s": 2.0, "late_results": "include"},
     stop={"rounds": 12}, evaluation={"every": 2, "personalized": True}, seed=3,
 )
+SYNC_DROP = {**SYNC, "mode": {**SYNC["mode"], "late_results": "drop"}}  # late tasks' computations deferred
 ASYNC = {**ASYNC_HETEROGENEOUS, "stop": {"versions": 24}}
 WINDOWED = {**ASYNC_HETEROGENEOUS, "mode": {"type": "async", "concurrency": 3, "aggregation": {"window_s": 1.5}},
             "stop": {"versions": 14}}
@@ -70,8 +71,9 @@ def _crash_at(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
     monkeypatch.setattr(Session, "apply", apply)
 
 
-@pytest.mark.parametrize("sections, every, crash", [(SYNC, 3, 8), (ASYNC, 5, 17), (WINDOWED, 4, 10), (FLAKY, 3, 10)],
-                         ids=["sync", "async", "windowed", "partial-lost-timeline"])
+@pytest.mark.parametrize("sections, every, crash", [(SYNC, 3, 8), (SYNC_DROP, 3, 8), (ASYNC, 5, 17), (WINDOWED, 4, 10),
+                                                    (FLAKY, 3, 10)],
+                         ids=["sync", "sync-drop-deferred", "async", "windowed", "partial-lost-timeline"])
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    sections: dict[str, Any], every: int, crash: int) -> None:
     inline = Runtime("inline")
@@ -90,6 +92,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch: 
     assert ckpt.rows["events"] < len(pd.read_parquet(tmp_path / "plain" / "events.parquet"))
     run_scenario(with_ckpt, inline, tmp_path / "crashed", resume=True)
     _assert_same(tmp_path / "plain", tmp_path / "crashed")
+    if sections is SYNC_DROP:
+        assert (pd.read_parquet(tmp_path / "plain" / "events.parquet").status == "dropped").sum() >= 3
     if sections is FLAKY:
         events = pd.read_parquet(tmp_path / "plain" / "events.parquet")
         assert (events.status == "lost").any() and events.steps.nunique() > 1
