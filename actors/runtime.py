@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 import numpy as np
 import torch
 
-from fedclock.actors.executor import RESULTS_PER_TASK, STATE_KEPT, ClientExecutor
+from fedclock.actors.executor import RESULTS_PER_TASK, STATE_KEPT, TRAIN_ARGS, ClientExecutor
 from fedclock.actors.federation import Federation
 from fedclock.actors.grouping import InstantGroups
 from fedclock.actors.ray_start import start_ray
@@ -39,6 +39,11 @@ class Transport(Protocol):
     """How calls reach actors."""
 
     def call(self, actor: Any, method: str, *args: Any, num_returns: int = 1) -> Any: ...
+
+    def by_reference(self, handle: Any) -> Any:
+        """``handle`` as a call argument that the callee resolves itself (see
+        :class:`ByReference`), instead of having it resolved before the call."""
+        ...
 
     def get(self, handle: Any) -> Any: ...
 
@@ -59,6 +64,9 @@ class InlineTransport:
     def call(self, actor: Any, method: str, *args: Any, num_returns: int = 1) -> Any:
         return getattr(actor, method)(*args)
 
+    def by_reference(self, handle: Any) -> Any:
+        return handle
+
     def get(self, handle: Any) -> Any:
         return handle
 
@@ -76,6 +84,9 @@ class RayTransport:
 
     def call(self, actor: Any, method: str, *args: Any, num_returns: int = 1) -> Any:
         return getattr(actor, method).options(num_returns=num_returns).remote(*args)
+
+    def by_reference(self, handle: Any) -> Any:
+        return ByReference(handle) if isinstance(handle, self._ray.ObjectRef) else handle
 
     def get(self, handle: Any) -> Any:
         return self._ray.get(handle)
@@ -107,17 +118,50 @@ def _resolve(values: list[Any]) -> list[Any]:
     return [fetched[v] if isinstance(v, ray.ObjectRef) else v for v in values]
 
 
+class ByReference(NamedTuple):
+    """An object reference passed to an actor inside a tuple, so that Ray does not fetch and
+    unpickle it before the call; the executor resolves it through a one-entry cache
+    (:meth:`RayClientExecutor._shared`). The runtime passes every task's payload this way:
+    in sync mode all tasks of a round share one payload reference, so an executor unpickles
+    the global model once per round instead of once per task (measured with Ray's timeline
+    on the MLP workload of ``benchmarks/e2e.py``: argument unpickling was a third of each
+    task's time beside its training)."""
+
+    ref: Any
+
+
 class RayClientExecutor(ClientExecutor):
-    """The executor as a Ray actor: nested object references in evaluation lists are fetched;
-    uploads and states leave as :func:`~fedclock.actors.wire.to_wire` (one copy each way)."""
+    """The executor as a Ray actor: payloads come :class:`ByReference`; nested object
+    references in evaluation lists are fetched; uploads and states leave as
+    :func:`~fedclock.actors.wire.to_wire` (one copy each way).
+
+    A cached payload is handed to every task that names the same reference, as the inline
+    backend hands one payload object to every task: algorithms never modify a payload
+    (their purity contract, and the inline/Ray equality tests check it)."""
+
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__(threads)
+        self._cached: tuple[Any, Any] | None = None
+
+    def _shared(self, value: Any) -> Any:
+        """A :class:`ByReference`'s value (fetched once per distinct reference); other
+        values as they are."""
+        if not isinstance(value, ByReference):
+            return value
+        if self._cached is None or self._cached[0] != value.ref:
+            import ray
+
+            self._cached = (value.ref, ray.get(value.ref))
+        return self._cached[1]
 
     def train(self, client: int, client_task: int, payload: Tensors, client_state: Tensors | None,
               steps: int | None = None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
-        upload, state, metrics = super().train(client, client_task, payload, client_state, steps)
+        upload, state, metrics = super().train(client, client_task, self._shared(payload), client_state, steps)
         return to_wire(upload), to_wire(state), metrics
 
     def train_many(self, *inputs: object) -> tuple[object, ...]:
-        results = super().train_many(*inputs)
+        args = [self._shared(v) if k % TRAIN_ARGS == 2 else v for k, v in enumerate(inputs)]
+        results = super().train_many(*args)
         out: list[object] = []
         for k in range(0, len(results), RESULTS_PER_TASK):
             upload, state, metrics = results[k:k + RESULTS_PER_TASK]
@@ -545,7 +589,12 @@ class Session:
 
     # ------------------------------------------------------------------ faults
     def _train(self, slot: int, inputs: TaskInputs) -> TaskResults:
-        return TaskResults(*self.t.call(self.executors[slot], "train", *inputs, num_returns=RESULTS_PER_TASK))
+        return TaskResults(*self.t.call(self.executors[slot], "train", *self._sent(inputs),
+                                        num_returns=RESULTS_PER_TASK))
+
+    def _sent(self, inputs: TaskInputs) -> TaskInputs:
+        """The inputs as sent: the payload by reference (the executor caches it)."""
+        return inputs._replace(payload=self.t.by_reference(inputs.payload))
 
     def _flush(self) -> None:
         """Send every held-back task (vectorized clients) to the executors."""
@@ -563,7 +612,7 @@ class Session:
 
     def _train_group(self, group: list[_Running]) -> None:
         refs = self.t.call(self.executors[group[0].slot], "train_many",
-                           *[value for running in group for value in running.inputs],
+                           *[value for running in group for value in self._sent(running.inputs)],
                            num_returns=RESULTS_PER_TASK * len(group))
         for j, running in enumerate(group):
             running.results = TaskResults(*refs[RESULTS_PER_TASK * j:RESULTS_PER_TASK * (j + 1)])

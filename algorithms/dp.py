@@ -51,9 +51,7 @@ import math
 from functools import lru_cache
 from typing import Literal
 
-import dp_accounting
 import torch
-from dp_accounting.pld import pld_privacy_accountant
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedclock.algorithms.base import ServerState
@@ -117,6 +115,8 @@ def noise_multiplier(params: DPParams) -> float:
 
 @lru_cache(maxsize=64)
 def _analytic_multiplier(epsilon: float, delta: float) -> float:
+    import dp_accounting  # imported on use: it pulls in SciPy (0.6 s), which most runs never need
+
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
 
 
@@ -151,6 +151,9 @@ def cumulative_epsilon(multiplier: float, uploads: int, delta: float) -> float:
     Zero uploads spend nothing (0.0)."""
     if uploads <= 0:
         return 0.0
+    import dp_accounting  # imported on use (see _analytic_multiplier)
+    from dp_accounting.pld import pld_privacy_accountant
+
     accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
     accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(multiplier), uploads))
     return float(accountant.get_epsilon(delta))

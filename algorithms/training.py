@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.sgd import sgd
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
 
@@ -103,6 +104,49 @@ def proximal_loss(center: torch.Tensor, mu: float, model: nn.Module) -> ExtraLos
     return term
 
 
+class SGDStep:
+    """``torch.optim.SGD`` (no dampening, no Nesterov) through PyTorch's own functional form
+    :func:`torch.optim.sgd.sgd`, which the optimizer's ``step`` calls with the same arguments.
+
+    Why not the optimizer object: its ``step`` and ``zero_grad`` are wrapped so that
+    ``torch.compile`` skips them, and the wrapper imports ``torch._dynamo`` on first use
+    (0.8 s in every process that trains, the driver of an inline run and each Ray executor)
+    and adds Python work to every step (about 0.1 ms, as much as a step of a small MLP on a
+    batch of 10). The update itself is PyTorch's code: the same parameters (those with a
+    gradient), the same momentum buffers (created at a parameter's first step), the same
+    arithmetic, so the weights are bit for bit those of ``torch.optim.SGD``
+    (tests/algorithms/test_training.py compares them over steps with momentum and weight decay).
+    """
+
+    def __init__(self, params: Sequence[nn.Parameter], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        self.params = list(params)
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.buffers: dict[int, torch.Tensor | None] = {}
+
+    def zero_grad(self) -> None:
+        """Set every gradient to None (``zero_grad(set_to_none=True)``)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update of the parameters that have a gradient."""
+        live: list[int] = []
+        params: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                live.append(i)
+                params.append(p)
+                grads.append(p.grad)
+        buffers = [self.buffers.get(i) for i in live] if self.momentum != 0 else []
+        sgd(params, grads, buffers, weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr,
+            dampening=0.0, nesterov=False, maximize=False, has_sparse_grad=any(g.is_sparse for g in grads))
+        if self.momentum != 0:
+            self.buffers.update(zip(live, buffers))
+
+
 class FlatCodec(Protocol):
     """What :func:`local_sgd` needs of a factory: a module's parameters to and from one flat
     vector (:class:`~fedclock.algorithms.models.ModelFactory` has both)."""
@@ -122,9 +166,9 @@ def local_sgd(model: nn.Module, factory: FlatCodec, start_weights: torch.Tensor,
     """Run ``steps`` SGD steps on ``data``'s train split starting from ``start_weights``.
 
     ``model`` is a workspace whose weights are overwritten (it may live on any device; the
-    data must be on the same one). The optimizer is a fresh ``torch.optim.SGD`` with
-    ``params.lr``, ``momentum`` and ``weight_decay`` (momentum buffers do not outlive the
-    task). Each step: objective = ``loss_fn`` on the batch (+ ``extra_loss``); gradients by
+    data must be on the same one). The update is ``torch.optim.SGD``'s with ``params.lr``,
+    ``momentum`` and ``weight_decay`` (momentum buffers do not outlive the task), applied
+    through :class:`SGDStep`. Each step: objective = ``loss_fn`` on the batch (+ ``extra_loss``); gradients by
     ``grad_fn`` (default: one backward pass; a custom one must evaluate the closure at least
     once); ``after_backward``; clipping of the trainable parameters' gradient norm to
     ``params.max_grad_norm`` if set; the optimizer step.
@@ -150,7 +194,7 @@ def local_sgd(model: nn.Module, factory: FlatCodec, start_weights: torch.Tensor,
     saved_flags = [p.requires_grad for p in all_params]
     for p in all_params:
         p.requires_grad_(id(p) in moving_ids)
-    optimizer = torch.optim.SGD(moving, lr=params.lr, momentum=params.momentum, weight_decay=params.weight_decay)
+    optimizer = SGDStep(moving, lr=params.lr, momentum=params.momentum, weight_decay=params.weight_decay)
     device = data.x_train.device
     loss_sum = torch.zeros((), device=device)
     done = 0
@@ -169,7 +213,7 @@ def local_sgd(model: nn.Module, factory: FlatCodec, start_weights: torch.Tensor,
                     first.append(loss.detach())
                 return loss + extra_loss(model) if extra_loss is not None else loss
 
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             if grad_fn is None:
                 closure().backward()
             else:

@@ -19,11 +19,14 @@ Each side runs as its own process, timed from before it is started to its exit:
 * **plain**: this script with ``--plain``: reads the same files (gzip + NumPy), one model,
   PyTorch with its default threads (``--plain-threads``), the same number of SGD steps of the same batch size
   per client and round (batches drawn like :func:`fedclock.algorithms.training.batches`).
-* **fedclock**: ``fedclock run FILE`` on a generated scenario file (sync mode, Ray backend,
-  pooled executors, the defaults otherwise), and for ``mlp`` again with ``runtime.vectorize: 32``. The
-  process runs :func:`fedclock.scenarios.cli.main` through this script (``--fedclock``) so
-  that it can also report the start-up: seconds from before the process was started to the
-  first task the runtime dispatched (``Session.start`` wrapped, nothing else changed).
+* **fedclock**: ``fedclock run FILE`` on a generated scenario file (sync mode, pooled
+  executors, the defaults otherwise), on the Ray backend (one single-threaded executor per
+  core, a server actor) and on the inline backend (``runtime.backend: inline``: the same
+  executor and server classes in the driver process, one PyTorch thread per core like the
+  plain loop), and for ``mlp`` each again with ``runtime.vectorize: 32``. The process runs
+  :func:`fedclock.scenarios.cli.main` through this script (``--fedclock``) so that it can
+  also report the start-up: seconds from before the process was started to the first task
+  the runtime dispatched (``Session.start`` wrapped, nothing else changed).
 * **Flower** (with ``--flower-python PATH``, an interpreter with ``flwr[simulation]``): this
   script with ``--flower`` under that interpreter: Flower's simulation engine (Ray backend,
   one CPU per client actor) running its FedAvg strategy over the same clients with the same
@@ -36,7 +39,8 @@ takes about five minutes on an idle 2-core machine (the figures of issue 19 add 
 minutes) and took 16 minutes at load average 10-29.
 
     python benchmarks/e2e.py [--workloads mlp,cnn5] [--flower-python PATH] [--repeats 1]
-                             [--skip-plain] [--skip-fedclock] [--vectorize 32] [--keep DIR]
+                             [--skip-plain] [--skip-fedclock] [--backends ray,inline] [--vectorize 32]
+                             [--keep DIR]
 """
 from __future__ import annotations
 
@@ -263,8 +267,13 @@ def flower_main(work: dict, root: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- the driver
-def scenario_text(name: str, work: dict, root: Path, vectorize: int) -> str:
-    """The fedclock scenario file of a workload."""
+def scenario_text(name: str, work: dict, root: Path, vectorize: int, backend: str = "ray") -> str:
+    """The fedclock scenario file of a workload. The inline backend trains in the driver
+    with as many PyTorch threads as the machine has cores (the plain loop's default); the Ray
+    executors run one thread each (the default)."""
+    runtime: dict[str, Any] = {"backend": backend, "vectorize": vectorize}
+    if backend == "inline":
+        runtime["threads_per_actor"] = os.cpu_count() or 1
     return json.dumps({
         "name": name, "seed": 0,
         "dataset": {"name": "mnist", "root": str(root), "partition": {"type": "iid"}},
@@ -273,7 +282,7 @@ def scenario_text(name: str, work: dict, root: Path, vectorize: int) -> str:
         "algorithm": {"name": "fedavg", "lr": LR, "batch_size": work["batch"], "local_epochs": 1},
         "mode": {"type": "sync"}, "stop": {"rounds": work["rounds"]},
         "evaluation": {"every": 1_000_000, "personalized": False},
-        "runtime": {"backend": "ray", "vectorize": vectorize},
+        "runtime": runtime,
         "output": {"progress": False, "flush_every_s": 60},
     }, indent=1)
 
@@ -304,11 +313,11 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, dic
     return wall, by_role
 
 
-def run_fedclock(name: str, work: dict, root: Path, tmp: Path, vectorize: int
+def run_fedclock(name: str, work: dict, root: Path, tmp: Path, vectorize: int, backend: str = "ray"
                  ) -> tuple[float, dict[str, float], float]:
     """One cold ``fedclock run``: (wall seconds, CPU seconds by role, seconds to the first dispatched task)."""
     scenario = tmp / f"{name}.yaml"  # JSON is YAML
-    scenario.write_text(scenario_text(name, work, root, vectorize))
+    scenario.write_text(scenario_text(name, work, root, vectorize, backend))
     out = tmp / f"out-{name}"
     shutil.rmtree(out, ignore_errors=True)
     mark = tmp / f"{name}.first"
@@ -341,6 +350,8 @@ def main() -> None:
                         "PyTorch's own default, all cores; on a loaded machine 1 avoids threads waiting for each "
                         "other at every operation)")
     parser.add_argument("--skip-fedclock", action="store_true")
+    parser.add_argument("--backends", default="ray,inline", help="comma-separated fedclock backends to time: ray, "
+                        "inline (``runtime.backend``; inline trains in the driver with one thread per core)")
     parser.add_argument("--keep", type=Path, default=None, help="write data, scenarios and results here (kept)")
     parser.add_argument("--plain", nargs=2, metavar=("WORKLOAD", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--flower", nargs=2, metavar=("WORKLOAD", "ROOT"), help=argparse.SUPPRESS)
@@ -373,11 +384,14 @@ def main() -> None:
                 if not args.skip_plain:
                     sides.append(("plain", partial(timed, [sys.executable, __file__, "--plain", name, str(root)],
                                                    {**os.environ, "E2E_PLAIN_THREADS": str(args.plain_threads)})))
-                if not args.skip_fedclock:
-                    sides.append(("fedclock", partial(run_fedclock, f"e2e_{name}", work, root, tmp, 1)))
+                for backend in ([] if args.skip_fedclock else args.backends.split(",")):
+                    tag = "" if backend == "ray" else f"_{backend}"
+                    sides.append((f"fedclock{tag}", partial(run_fedclock, f"e2e_{name}{tag}", work, root, tmp, 1,
+                                                            backend)))
                     if work["vectorized"]:
-                        sides.append((f"fedclock_vec{args.vectorize}",
-                                      partial(run_fedclock, f"e2e_{name}_vec", work, root, tmp, args.vectorize)))
+                        sides.append((f"fedclock{tag}_vec{args.vectorize}",
+                                      partial(run_fedclock, f"e2e_{name}{tag}_vec", work, root, tmp, args.vectorize,
+                                              backend)))
                 if args.flower_python:
                     sides.append(("flower", partial(timed, [args.flower_python, __file__, "--flower", name,
                                                             str(root)])))
@@ -401,18 +415,18 @@ def main() -> None:
 
 def _ratios(name: str, t: dict[str, float], k: int) -> None:
     """The ratios the targets are stated in."""
-    vec = f"fedclock_vec{k}"
+    ours = [s for s in ("fedclock", f"fedclock_vec{k}", "fedclock_inline", f"fedclock_inline_vec{k}") if s in t]
     lines = []
     if "plain" in t:
-        for side in ("fedclock", vec, "flower"):
+        for side in (*ours, "flower"):
             if side in t:
                 lines.append(f"{side}/plain {t[side] / t['plain']:.2f} (CPU {t[side + '_cpu'] / t['plain_cpu']:.2f})")
     if "flower" in t:
-        for side in ("fedclock", vec):
+        for side in ours:
             if side in t:
                 lines.append(f"flower/{side} {t['flower'] / t[side]:.2f} "
                              f"(CPU {t['flower_cpu'] / t[side + '_cpu']:.2f})")
-    for side in ("fedclock", vec):
+    for side in ours:
         if f"{side}_startup" in t:
             lines.append(f"{side} start-up {t[side + '_startup']:.2f} s")
     print(f"{name}: " + "; ".join(lines), flush=True)

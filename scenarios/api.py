@@ -25,9 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.models import MODEL_NAMES
@@ -38,6 +36,9 @@ from fedclock.scenarios.loader import Override, ScenarioError, Suite, load_suite
 from fedclock.scenarios.plugins import find
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
+
+if TYPE_CHECKING:
+    import pandas as pd
 from fedclock.scenarios.schema import Scenario
 
 __all__ = ["RunResult", "SuiteResult", "execute", "load", "modules_to_ship", "resolve_path", "run"]
@@ -106,17 +107,23 @@ class RunResult:
     @cached_property
     def metrics(self) -> pd.DataFrame:
         """``metrics.parquet``: one row per evaluation."""
-        return pd.read_parquet(self.out_dir / "metrics.parquet")
+        return _read_parquet(self.out_dir / "metrics.parquet")
 
     @cached_property
     def events(self) -> pd.DataFrame:
         """``events.parquet``: one row per client task."""
-        return pd.read_parquet(self.out_dir / "events.parquet")
+        return _read_parquet(self.out_dir / "events.parquet")
 
     @cached_property
     def clients(self) -> pd.DataFrame:
         """``clients.parquet``: one row per client."""
-        return pd.read_parquet(self.out_dir / "clients.parquet")
+        return _read_parquet(self.out_dir / "clients.parquet")
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    import pandas as pd  # imported on use (0.2 s): a CLI run never needs it
+
+    return pd.read_parquet(path)
 
 
 @dataclass
@@ -136,6 +143,8 @@ class SuiteResult:
 
 def summary_frame(summaries: Sequence[RunSummary]) -> pd.DataFrame:
     """The final table of several runs (what ``summary.parquet`` holds)."""
+    import pandas as pd
+
     return pd.DataFrame([{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()} for s in summaries])
 
 

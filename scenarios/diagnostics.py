@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from fedclock.algorithms.base import Algorithm
 
 DIAGNOSTICS_FILE = "diagnostics.parquet"
@@ -30,5 +28,7 @@ def write_diagnostics(algorithm: Algorithm, server_state: Any, out_dir: Path) ->
     if not rows:
         return None
     path = out_dir / DIAGNOSTICS_FILE
+    import pandas as pd  # imported on use: most algorithms log no diagnostics
+
     pd.DataFrame(rows).to_parquet(path, index=False)
     return path

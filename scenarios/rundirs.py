@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import pandas as pd
 import pyarrow as pa
 import yaml
 
 from fedclock.scenarios.results import read_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 METRICS_FILE = "metrics.parquet"
 EVENTS_FILE = "events.parquet"

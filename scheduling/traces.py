@@ -27,9 +27,12 @@ are replayed by the timeline. Only ``client`` and at least one of ``compute``,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DEVICE_COLUMNS", "TraceError", "check_trace_file", "read_availability_trace", "read_device_trace",
            "trace_clients"]
@@ -43,6 +46,8 @@ class TraceError(ValueError):
 
 def read_table(path: Path) -> pd.DataFrame:
     """Read a CSV or Parquet table."""
+    import pandas as pd  # imported on use: only runs with trace files need it (0.2 s)
+
     if not path.is_file():
         raise TraceError(f"trace file not found: {path}")
     suffix = path.suffix.lower()
@@ -57,6 +62,8 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _numeric(frame: pd.DataFrame, column: str, path: Path, allow_missing: bool = False) -> np.ndarray:
+    import pandas as pd
+
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
     bad = np.isnan(values) & (~frame[column].isna().to_numpy() | (not allow_missing))
     if bad.any():
@@ -105,6 +112,8 @@ def read_device_trace(path: Path) -> pd.DataFrame:
     """The device trace with columns client, time_s and every device column (NaN where a
     row keeps the value), sorted by time then client (rows of one client at one time are
     applied in file order)."""
+    import pandas as pd
+
     frame = read_table(path)
     _require(frame, path, ("client",))
     present = [c for c in DEVICE_COLUMNS if c in frame.columns]

@@ -8,7 +8,7 @@ import torch
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.training import batches, local_sgd, proximal_loss
+from fedclock.algorithms.training import SGDStep, batches, local_sgd, proximal_loss
 
 FACTORY = ModelFactory("logistic", (3,), 2)
 X = torch.tensor([[1.0, 0.0, -1.0], [0.5, 2.0, 0.0], [-1.0, 1.0, 1.0], [0.0, -0.5, 2.0]])
@@ -156,3 +156,26 @@ def test_batches_cover_each_epoch_and_straddle() -> None:
     assert list(batches(5, 2, 0, gen(0))) == []
     with pytest.raises(ValueError):
         list(batches(0, 2, 1, gen(0)))
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.01), (0.9, 0.01)])
+def test_sgd_step_is_torch_optim_sgd_bit_for_bit(momentum: float, weight_decay: float) -> None:
+    """SGDStep against torch.optim.SGD over six steps of a two-layer net, one parameter
+    without a gradient on the first three steps (it is skipped, and its momentum buffer
+    starts at its first gradient, as the optimizer's)."""
+    torch.manual_seed(3)
+    nets = [torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    x, y = torch.randn(8, 5), torch.randint(0, 3, (8,))
+    reference = torch.optim.SGD(nets[0].parameters(), lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    ours = SGDStep(list(nets[1].parameters()), lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    for step in range(6):
+        for net, opt in zip(nets, (reference, ours)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            if step < 3:  # the last bias has no gradient for three steps
+                net[2].bias.grad = None
+            opt.step()
+        for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+            assert torch.equal(a, b), f"step {step}"
+    assert not torch.equal(nets[1][2].bias, nets[1][2].bias.new_zeros(3))

@@ -1,0 +1,60 @@
+"""The end-to-end benchmark script: its scenario files are valid fedclock scenarios with the
+workload's numbers, and its plain loop draws the same mini-batches as fedclock's
+:func:`~fedclock.algorithms.training.batches` (so both sides do the same SGD steps)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from fedclock.algorithms.training import batches
+from fedclock.scenarios.loader import parse_suite
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "e2e.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("e2e", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("backend,vectorize", [("ray", 1), ("ray", 32), ("inline", 1), ("inline", 32)])
+@pytest.mark.parametrize("workload", ["mlp", "cnn5"])
+def test_scenario_files_are_the_workloads(tmp_path: Path, workload: str, backend: str, vectorize: int) -> None:
+    e2e = load()
+    work = e2e.WORKLOADS[workload]
+    text = e2e.scenario_text("w", work, tmp_path, vectorize, backend)
+    (scenario,) = parse_suite(json.loads(text), "e2e").runs
+    assert scenario.population.num_clients == work["clients"]
+    params = scenario.algorithm.params
+    assert (params.batch_size, params.lr, params.local_epochs, scenario.stop.rounds) == \
+        (work["batch"], e2e.LR, 1, work["rounds"])
+    assert (scenario.runtime.backend, scenario.runtime.vectorize) == (backend, vectorize)
+
+
+def test_plain_loop_draws_fedclocks_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain loop's indices for a client of 50 samples in batches of 12 (a batch straddles
+    two permutations) are those of ``batches`` with the same generator seed."""
+    e2e = load()
+    seen: list[torch.Tensor] = []
+    x, y = torch.randn(50, 1, 28, 28), torch.randint(0, 10, (50,))
+    model = e2e.build_model(e2e.WORKLOADS["mlp"])
+    real_index = torch.Tensor.__getitem__
+
+    def spy(self: torch.Tensor, idx: object) -> torch.Tensor:
+        if self is y:
+            seen.append(idx.clone())  # type: ignore[union-attr]
+        return real_index(self, idx)
+
+    monkeypatch.setattr(torch.Tensor, "__getitem__", spy)
+    e2e.local_sgd(model, x, y, {**e2e.WORKLOADS["mlp"], "batch": 12}, seed=7)
+    monkeypatch.undo()
+    expected = list(batches(50, 12, 5, torch.Generator().manual_seed(7)))
+    assert len(seen) == 5 and all(torch.equal(a, b) for a, b in zip(seen, expected))
