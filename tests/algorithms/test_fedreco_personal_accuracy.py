@@ -1,39 +1,44 @@
 """FedReCo's consensus improves personalized accuracy where clients have few samples.
 
 Setting (digits, pure algorithm API, no runtime): 10 clients, each a disjoint iid draw of
-20 training and 150 test digits (pixels / 16 minus the data set's mean pixel, so the
+30 training and 140 test digits (pixels / 16 minus the data set's mean pixel, so the
 representation penalty is well conditioned), MLP 64-32-10 (body: the hidden ReLU layer),
 30 synchronous rounds with every client; per task K_v = 2 head and K_u = 4 body steps
-(lr 0.5, batch 10, gradients clipped to norm 5). Alone, each client overfits its 20 samples;
-the consensus term (lambda = 0.5) carries the other clients' data in through the global body.
+(lr 0.5, batch 10, gradients clipped to norm 5), lambda = 1, server_lr 1.5 (eta_0 of the
+gradient mode) or 1.0 (the average mode's copies). Alone, each client overfits its 30
+samples; the consensus term carries the other clients' data in through the global body.
 
-Measured (personalized test accuracy, %, over the 1,500 test digits after 30 rounds; the
+Measured (personalized test accuracy, %, over the 1,400 test digits after 30 rounds; the
 test runs seeds 0-2, seeds 3-4 were measured as a check):
 
     seed  local  lambda=0  gradient  average  gradient, eta_0 = 1e-9
-    0     63.1   62.3      64.7      65.8     56.5
-    1     63.4   62.7      65.8      66.5     54.9
-    2     62.2   61.7      65.7      66.2     54.7
-    3     62.5   61.8      65.2      64.8     54.3
-    4     64.5   63.6      67.2      67.2     54.5
+    0     73.6   71.9      76.9      78.7     56.1
+    1     69.2   68.7      75.1      74.1     56.8
+    2     72.2   71.6      75.3      76.4     55.4
+    3     71.9   71.1      75.1      75.9     55.7
+    4     72.8   72.3      77.0      77.6     54.9
 
 ``local`` runs the same 6 steps per round on the whole model; ``lambda=0`` is FedReCo with
 the penalty off (personal models then never see u_0, so the server mode does not matter:
-the average mode measured within 0.2 of these numbers). Gain over the better baseline:
-gradient 1.6 / 2.4 / 3.5 / 2.7 / 2.7, average 2.7 / 3.1 / 4.0 / 2.3 / 2.7 points; mean over
-seeds 0-2: gradient 2.5, average 3.3. The test asks, per server mode, for a positive gain on
-each seed and a mean gain of MARGIN = 1 point. lambda = 0 gains nothing by construction;
-a gradient-mode server step with no effect (last column: u_0 stays at its initial draw and
-drags the personal bodies back to it) loses 6.6 to 10.0 points, and the average mode with a
-server that keeps u_0 loses too (56.5 / 55.3 / 55.5 on seeds 0-2): the test catches all three.
+the average mode measured within 0.4 of these numbers). Gain over the better baseline:
+gradient 3.4 / 5.9 / 3.1 / 3.1 / 4.2, average 5.1 / 4.9 / 4.2 / 4.0 / 4.8 points. The test
+asks, per server mode and seed, for a gain of MARGIN = 1.5 points (under half the smallest
+measured gain). lambda = 0 gains nothing by construction; a gradient-mode server step with
+no effect (last column: u_0 stays at its initial draw and drags the personal bodies back to
+it) loses 12 to 18 points, and the average mode with a server that keeps u_0 loses too
+(56.3 / 57.9 / 57.3 on seeds 0-2): the test catches all three.
 
-Two choices matter. The clients' samples are disjoint: with independent draws from the
+Three choices matter. The clients' samples are disjoint: with independent draws from the
 whole set a client's test digits can be another's training digits, which inflated the
 gain. The pixels are centred: raw pixels / 16 share a mean direction (top eigenvalue of
 E[x x^T] 10.5 against 0.7 centred) that makes the penalty's curvature, and so lambda * lr,
-blow up. Label skew did not give a gain (5 or 3 classes per client, binary tasks, permuted
-labels: within 1 point of lambda = 0 in our runs); there the personal head, trained on its
-client's few samples alone, limits what a better body can add.
+blow up. Clients hold 30 samples, not fewer: the penalty acts on the client's own inputs
+only, and the first layer's personal update stays in their span, so with 12 samples per
+client (of 64 pixels) the gain was under 1 point (one seed); with 20 (lambda 0.5) it was 1.6
+to 4.0. Label skew did not give a clear gain (5 or 3 classes per client, binary tasks,
+permuted labels, 9 to 24 samples per client, single seeds: at most 1.2 points over
+lambda = 0); there the personal head, trained on its client's few samples alone, limits
+what a better body can add.
 """
 from __future__ import annotations
 
@@ -50,14 +55,14 @@ from fedclock.algorithms.local import Local, LocalParams
 from fedclock.algorithms.models import ModelFactory
 
 FACTORY = ModelFactory("mlp", (64,), 10, hidden=(32,))
-CLIENTS, TRAIN, TEST, ROUNDS = 10, 20, 150, 30
+CLIENTS, TRAIN, TEST, ROUNDS = 10, 30, 140, 30
 SEEDS = (0, 1, 2)
-MARGIN = 1.0  # points of accuracy; the smallest measured mean gain (seeds 0-2) is 2.5, gradient mode
+MARGIN = 1.5  # points of accuracy, per seed and mode; the smallest measured gain is 3.1
 SETTINGS = dict(lr=0.5, batch_size=10, max_grad_norm=5.0)
 HEAD_STEPS, BODY_STEPS = 2, 4
-LAMBDA = 0.5
-SERVER = {"gradient": dict(server_update="gradient", server_lr=1.0),
-          "average": dict(server_update="average", server_lr=0.5)}
+LAMBDA = 1.0
+SERVER = {"gradient": dict(server_update="gradient", server_lr=1.5),
+          "average": dict(server_update="average", server_lr=1.0)}
 
 
 def digits_clients(seed: int) -> list[ClientData]:
@@ -122,4 +127,4 @@ def test_consensus_beats_lambda_zero_and_local_training_in_both_server_modes() -
         for mode, server in SERVER.items():
             gains[mode].append(personal_accuracy(fedreco(LAMBDA, server), clients, seed) - baseline)
     for mode, per_seed in gains.items():
-        assert min(per_seed) > 0 and float(np.mean(per_seed)) > MARGIN, (mode, per_seed)
+        assert min(per_seed) > MARGIN, (mode, per_seed)
