@@ -102,6 +102,17 @@ class ClientExecutor:
             out += [compact(result.upload), compact(result.state), self._reported(result, data)]
         return tuple(out)
 
+    def train_each(self, *inputs: Any) -> tuple[object, ...]:
+        """K tasks run one after the other, each exactly as :meth:`train` runs it (one call
+        for several tasks: ``runtime.tasks_per_call``). ``inputs`` and the results are flat
+        as in :meth:`train_many`."""
+        if len(inputs) % TRAIN_ARGS:
+            raise ValueError(f"train_each: expected groups of {TRAIN_ARGS} arguments, got {len(inputs)}")
+        out: list[object] = []
+        for k in range(0, len(inputs), TRAIN_ARGS):
+            out += self.train(*inputs[k:k + TRAIN_ARGS])
+        return tuple(out)
+
     def _task_data(self, client: int, steps: int | None) -> ClientData:
         data = self._data(client)
         return data if steps is None else dataclasses.replace(data, steps=steps)

@@ -1,9 +1,12 @@
-"""Grouping of client tasks for vectorized execution (``runtime.vectorize``).
+"""Grouping of client tasks started at one virtual instant into executor calls.
 
 The runtime session defers the real calls of the tasks the clock starts at one virtual
 instant (a sync round's cohort, async slots refilled together) and sends them to the
-executors in groups of at most K tasks, each group trained at once by
-:func:`~fedclock.algorithms.vectorized.client_updates`. A group is never made of tasks
+executors in groups: with ``runtime.vectorize`` K, groups of at most K tasks, each trained
+at once by :func:`~fedclock.algorithms.vectorized.client_updates`; otherwise groups spread
+over the executors (``runtime.tasks_per_call``), each task of a group run on its own, one
+after the other, so that a round costs one call per executor instead of one per task. A
+vectorized group is never made of tasks
 started at different instants, and the groups of an instant are cut when the clock next
 needs something from the backend (a result, a release, an evaluation) or starts a task at a
 later instant. The grouping is therefore a function of the clock's calls only — not of wall
@@ -37,12 +40,16 @@ def split_balanced(items: list[T], size: int) -> list[list[T]]:
 
 class InstantGroups(Generic[T]):
     """Collects the tasks started at one virtual instant; hands them out in balanced groups
-    of at most ``size`` (:func:`split_balanced`)."""
+    of at most ``size`` (:func:`split_balanced`), and in at least ``spread`` groups when
+    there are that many tasks (one per executor: for groups whose tasks run one by one, where
+    the grouping cannot change a number; vectorized groups keep ``spread`` 1 so that they
+    do not depend on the number of executors)."""
 
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"group size must be >= 1, got {size}")
+    def __init__(self, size: int, spread: int = 1) -> None:
+        if size < 1 or spread < 1:
+            raise ValueError(f"group size and spread must be >= 1, got {size} and {spread}")
         self.size = size
+        self.spread = spread
         self._pending: list[T] = []
         self._at: float | None = None
 
@@ -56,7 +63,7 @@ class InstantGroups(Generic[T]):
 
     def flush(self) -> list[list[T]]:
         """Every queued item, in groups; the queue is empty afterwards."""
-        groups = split_balanced(self._pending, self.size)
+        groups = split_balanced(self._pending, min(self.size, math.ceil(len(self._pending) / self.spread) or 1))
         self._pending = []
         return groups
 

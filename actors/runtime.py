@@ -392,7 +392,8 @@ class Runtime:
                        federation.client_sizes(), algorithm.payload_is_shared, evaluation_batch, personalized,
                        respawn=lambda slot: self._respawn(cfg, slot, setup), num_test=int(federation.y_test.shape[0]),
                        vectorize=cfg.vectorize, stateless=algorithm.stateless_clients,
-                       algorithm_name=type(algorithm).name, hears_failures=algorithm.hears_failures)
+                       algorithm_name=type(algorithm).name, hears_failures=algorithm.hears_failures,
+                       tasks_per_call=cfg.tasks_per_call)
 
     def _kill(self, actors: Sequence[Any]) -> None:
         if self.backend == "ray":
@@ -452,7 +453,7 @@ class _Running:
     results: TaskResults | None = None
     tries: int = 0
     group: list["_Running"] | None = None
-    """The tasks trained together with this one (vectorized clients), itself included."""
+    """The tasks sent in one call with this one (a group, see :mod:`fedclock.actors.grouping`), itself included."""
 
 
 class Session:
@@ -466,17 +467,20 @@ class Session:
     on from its last one on a fresh server (a new session, replayed up to the checkpoint and
     restored through :meth:`restore` and :meth:`restart`, see :mod:`fedclock.actors.replay`).
 
-    With ``vectorize`` K > 1 (vectorized clients, pooled placement) the tasks started at one
-    virtual instant are held back and sent in groups of at most K to ``train_many`` when the
-    clock next calls ``apply``/``release``/``evaluate`` or starts a task at a later instant
-    (:mod:`fedclock.actors.grouping`); a group whose executor died is re-run whole. Tasks
+    With pooled placement the tasks started at one virtual instant are held back and sent
+    when the clock next calls ``apply``/``release``/``evaluate`` or starts a task at a later
+    instant (:mod:`fedclock.actors.grouping`): with ``vectorize`` K > 1 in groups of at most K
+    to ``train_many`` (vectorized clients), otherwise (Ray only) in one group per executor (or
+    groups of at most ``tasks_per_call``; 1 sends each task at once) to ``train_each``, which
+    runs them one by one as ``train`` would. A group whose executor died is re-run whole. Tasks
     restarted from a checkpoint are grouped among themselves, so a resumed vectorized run
     equals the uninterrupted one within float rounding (bit for bit without vectorizing)."""
 
     def __init__(self, transport: Transport, server: Any, executors: list[Any], placement: str, num_clients: int,
                  client_sizes: np.ndarray, shared_payload: bool, evaluation_batch: int, personalized: bool,
                  respawn: Callable[[int], Any] | None = None, num_test: int = 0, vectorize: int = 1,
-                 stateless: bool = False, algorithm_name: str = "", hears_failures: bool = False) -> None:
+                 stateless: bool = False, algorithm_name: str = "", hears_failures: bool = False,
+                 tasks_per_call: int | None = None) -> None:
         self.t = transport
         self.stateless = stateless
         """The algorithm declares ``stateless_clients`` (checked on every kept result)."""
@@ -501,7 +505,13 @@ class Session:
         self._respawn = respawn
         self._load = [0] * len(executors)
         self._payload: tuple[int, Any] | None = None
-        self._groups: InstantGroups[_Running] | None = InstantGroups(vectorize) if vectorize > 1 else None
+        self._groups: InstantGroups[_Running] | None = None
+        self._group_method = "train_many" if vectorize > 1 else "train_each"
+        if vectorize > 1:
+            self._groups = InstantGroups(vectorize)
+        elif placement == "pooled" and tasks_per_call != 1 and not isinstance(transport, InlineTransport):
+            # remote calls only: an inline call costs nothing to save
+            self._groups = InstantGroups(tasks_per_call or max(1, num_clients), spread=len(executors))
 
     # ------------------------------------------------------------------ Backend
     def start(self, task: Task) -> None:
@@ -597,12 +607,12 @@ class Session:
         return inputs._replace(payload=self.t.by_reference(inputs.payload))
 
     def _flush(self) -> None:
-        """Send every held-back task (vectorized clients) to the executors."""
+        """Send every held-back task to the executors."""
         if self._groups is not None and len(self._groups):
             self._start_groups(self._groups.flush())
 
     def _start_groups(self, groups: list[list[_Running]]) -> None:
-        """Each group to the least loaded executor, trained at once there."""
+        """Each group to the least loaded executor."""
         for group in groups:
             slot = min(range(len(self.executors)), key=self._load.__getitem__)
             self._load[slot] += len(group)
@@ -611,7 +621,7 @@ class Session:
             self._train_group(group)
 
     def _train_group(self, group: list[_Running]) -> None:
-        refs = self.t.call(self.executors[group[0].slot], "train_many",
+        refs = self.t.call(self.executors[group[0].slot], self._group_method,
                            *[value for running in group for value in self._sent(running.inputs)],
                            num_returns=RESULTS_PER_TASK * len(group))
         for j, running in enumerate(group):

@@ -21,7 +21,9 @@ MAX_VECTORIZE = 1024
 
 
 class RuntimeConfig(StrictModel):
-    """Where the real compute runs. Results never depend on these settings."""
+    """Where the real compute runs. Results do not depend on these settings, with two
+    exceptions within float rounding: ``threads_per_actor`` > 1 (PyTorch's CPU kernels split
+    their sums by thread count) and ``vectorize`` > 1 (batched kernels)."""
 
     backend: Literal["ray", "inline"] = "ray"
     address: str | None = Field(default=None, description="Ray cluster address; default starts a local Ray")
@@ -36,3 +38,7 @@ class RuntimeConfig(StrictModel):
     vectorize: Annotated[int, Field(ge=1, le=MAX_VECTORIZE)] = Field(
         default=1, description="vectorized clients: at most this many tasks started at one virtual instant are "
         "trained at once by one executor (torch.func vmap); 1 = off")
+    tasks_per_call: Annotated[int, Field(ge=1, le=MAX_VECTORIZE)] | None = Field(
+        default=None, description="Ray, pooled executors, no vectorize: the tasks started at one virtual instant "
+        "reach the executors in one call per executor (default), or in calls of at most this many tasks (1 = a "
+        "call per task); each task runs as on its own, so the numbers never change")
