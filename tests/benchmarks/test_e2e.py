@@ -58,3 +58,16 @@ def test_plain_loop_draws_fedclocks_batches(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.undo()
     expected = list(batches(50, 12, 5, torch.Generator().manual_seed(7)))
     assert len(seen) == 5 and all(torch.equal(a, b) for a, b in zip(seen, expected))
+
+
+@pytest.mark.parametrize("workload", ["mlp", "cnn5"])
+def test_plain_model_is_fedclocks_layer_for_layer(workload: str) -> None:
+    """The plain loop (and Flower) train the model fedclock builds for the scenario: the
+    same parameter shapes in the same order."""
+    from fedclock.algorithms.models import ModelFactory
+
+    e2e = load()
+    work = e2e.WORKLOADS[workload]
+    ours = ModelFactory(work["model"], (1, 28, 28), 10, hidden=tuple(work["hidden"]) or (128,)).build()
+    plain = e2e.build_model(work)
+    assert [tuple(p.shape) for p in plain.parameters()] == [tuple(p.shape) for p in ours.parameters()]
