@@ -9,8 +9,10 @@ out the server's state and a running task's inputs, and puts them back
 (:mod:`fedclock.actors.replay`).
 
 The ``inline`` backend runs the same executor and server classes in this process, with the
-same seeds and thread counts, so it gives the same numbers; it is meant for tests and
-debugging.
+same seeds and thread counts, so it gives the same numbers. It pays no Ray start-up (5-7 s
+on a 2-core machine) and no per-call cost, so on one small machine it is also the fastest
+way to run a scenario (``benchmarks/RESULTS.md``, "End to end"); Ray runs the executors in
+parallel processes and across a cluster.
 """
 from __future__ import annotations
 
