@@ -45,6 +45,7 @@ class FedExp(FedAvg):
     paper: ClassVar[str] = ("Jhunjhunwala et al., FedExP: Speeding Up Federated Averaging via Extrapolation, "
                             "ICLR 2023")
     Params: ClassVar[type[AlgorithmParams]] = FedExpParams
+    vectorizable: ClassVar[bool] = True  # FedAvg's client step (sgd_task, sgd_result)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -10,7 +10,8 @@ from pydantic import Field
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
     Tensors
 from fedclock.algorithms.fedavg import arrival_steps
-from fedclock.algorithms.training import delta_result, train_from
+from fedclock.algorithms.local_sgd_client import LocalSGDClient
+from fedclock.algorithms.training import delta_result
 
 
 def normalizer(steps: int, momentum: float) -> float:
@@ -40,7 +41,7 @@ class FedNovaParams(AlgorithmParams):
                              "normalized step")
 
 
-class FedNova(Algorithm[FedNovaParams]):
+class FedNova(LocalSGDClient, Algorithm[FedNovaParams]):
     """Federated normalized averaging.
 
     Wang, Liu, Liang, Joshi, Poor, "Tackling the Objective Inconsistency Problem in
@@ -74,11 +75,12 @@ class FedNova(Algorithm[FedNovaParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedNovaParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
 
-    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                      rng: torch.Generator) -> ClientResult:
-        start = payload["weights"]
-        local, metrics = train_from(self, start, data, rng)
-        return delta_result(local, start, client_state, data, metrics, steps=int(metrics["steps"]))
+    vectorizable: ClassVar[bool] = True  # the shared local SGD (LocalSGDClient)
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """Upload ``"delta" = local - w_t`` and report the steps run (``tau_i``)."""
+        return delta_result(local, payload["weights"], client_state, data, metrics, steps=int(metrics["steps"]))
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

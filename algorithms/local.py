@@ -8,6 +8,7 @@ import torch
 from fedclock.algorithms.base import (Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult,
                                       ServerState, Tensors, evaluate_flat)
 from fedclock.algorithms.training import local_sgd
+from fedclock.algorithms.vectorized import SGDTask
 
 
 class LocalParams(AlgorithmParams):
@@ -46,6 +47,7 @@ class Local(Algorithm[LocalParams]):
                             "FL with Gradient Similarity, Tables 5/6)")
     Params: ClassVar[type[AlgorithmParams]] = LocalParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync", "async"})
+    vectorizable: ClassVar[bool] = True
 
     def _start(self, payload: Tensors, client_state: Tensors | None) -> torch.Tensor:
         return client_state["weights"] if client_state is not None else payload["weights"]
@@ -54,6 +56,16 @@ class Local(Algorithm[LocalParams]):
                       rng: torch.Generator) -> ClientResult:
         local, metrics = local_sgd(self.workspace, self.model_factory, self._start(payload, client_state), data,
                                    self.params, rng, self.task_steps(data))
+        return self.sgd_result(payload, client_state, data, local, metrics)
+
+    def sgd_task(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                 rng: torch.Generator) -> SGDTask:
+        """The client step's local SGD from the client's own model (for vectorized clients)."""
+        return SGDTask(self._start(payload, client_state), data, self.params, rng, self.task_steps(data))
+
+    def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                   local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
+        """Keep the trained model; upload nothing."""
         return ClientResult(upload={}, state={"weights": local}, num_samples=data.num_train, metrics=metrics)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],

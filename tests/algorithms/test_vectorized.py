@@ -12,7 +12,10 @@ from fedclock.algorithms.fedasync import FedAsync, FedAsyncParams
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_async import FedAvgAsync, FedAvgAsyncParams
 from fedclock.algorithms.fedbuff import FedBuff, FedBuffParams
-from fedclock.algorithms.fedexp import FedExp
+from fedclock.algorithms.fedexp import FedExp, FedExpParams
+from fedclock.algorithms.fednova import FedNova, FedNovaParams
+from fedclock.algorithms.fedsam import FedSAM
+from fedclock.algorithms.local import Local, LocalParams
 from fedclock.algorithms.fedprox import FedProx, FedProxParams
 from fedclock.algorithms.ditto import Ditto, DittoParams
 from fedclock.algorithms.fedavg_ft import FedAvgFT, FedAvgFTParams
@@ -112,7 +115,9 @@ def test_rejects_models_with_batchnorm() -> None:
 ALGORITHMS = [(FedAvg, FedAvgParams(lr=0.1, batch_size=5, lr_decay=0.9)),
               (FedProx, FedProxParams(batch_size=5, mu=0.5)),
               (FedAsync, FedAsyncParams(batch_size=5, rho=0.2)), (FedBuff, FedBuffParams(batch_size=5)),
-              (FedAvgAsync, FedAvgAsyncParams(batch_size=5)), (FedAvgFT, FedAvgFTParams(lr=0.1, batch_size=5))]
+              (FedAvgAsync, FedAvgAsyncParams(batch_size=5)), (FedAvgFT, FedAvgFTParams(lr=0.1, batch_size=5)),
+              (FedExp, FedExpParams(lr=0.1, batch_size=5, lr_decay=0.9)),
+              (FedNova, FedNovaParams(lr=0.1, batch_size=5, momentum=0.5, server_lr=1.5))]
 
 
 @pytest.mark.parametrize("cls,params", ALGORITHMS, ids=[c.name for c, _ in ALGORITHMS])
@@ -136,20 +141,21 @@ def test_client_updates_match_client_update(cls: Any, params: Any) -> None:
 def test_opt_in_is_per_class_and_checked() -> None:
     assert all(is_vectorizable(cls) for cls, _ in ALGORITHMS) and all(is_vectorizable(c) for c, _, _ in STATEFUL)
     assert not is_vectorizable(MoFedSAM)  # FedCM's SAM sibling: not vectorized
-    assert not is_vectorizable(FedExp)  # a FedAvg subclass does not inherit the flag
+    assert not is_vectorizable(FedSAM)  # a FedAvg subclass does not inherit the flag
     assert vectorize_problem(FedAvg, FedAvgParams(), "mlp") is None
-    assert "does not support vectorized clients" in str(vectorize_problem(FedExp, FedExp.Params(), "mlp"))
+    assert "does not support vectorized clients" in str(vectorize_problem(FedSAM, FedSAM.Params(), "mlp"))
     assert "resnet18_gn" in str(vectorize_problem(FedAvg, FedAvgParams(), "resnet18_gn"))
     assert "resnet18_gn" not in VECTOR_MODELS
     assert "algorithm.objective is 'simclr'" in str(vectorize_problem(FedAvg, FedAvgParams(objective="simclr"), "mlp"))
-    alg = FedExp(FedExp.Params(), ModelFactory("mlp", (6,), 3, hidden=(8,)))  # type: ignore[arg-type]
+    alg = FedSAM(FedSAM.Params(), ModelFactory("mlp", (6,), 3, hidden=(8,)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="vectorized"):
         client_updates(alg, [], [], [], [])
 
 
 STATEFUL = [(Scaffold, ScaffoldParams(lr=0.1, batch_size=5, lr_decay=0.9, momentum=0.5), "control"),
             (FedCM, FedCMParams(lr=0.1, batch_size=5, alpha=0.3, max_grad_norm=1.0), "momentum"),
-            (Ditto, DittoParams(lr=0.1, batch_size=5, lam=0.5, personal_steps=3), None)]
+            (Ditto, DittoParams(lr=0.1, batch_size=5, lam=0.5, personal_steps=3), None),
+            (Local, LocalParams(lr=0.1, batch_size=5, momentum=0.5), None)]
 
 
 def _assert_results_close(seq: Any, vec: Any) -> None:
