@@ -204,6 +204,12 @@ class ServerLost(ActorLost):
 MAX_TASK_RETRIES = 3
 """How many times one client task is re-run on a fresh executor before the run gives up."""
 
+DEFER_VERSIONS = 16
+"""How many server versions a deferred task may wait: at each version, the clients whose
+oldest deferred task was dispatched more than this many versions ago have their deferred
+tasks run. Each deferred task holds the payload it was dispatched with, so this bounds the
+payloads kept alive for deferred work to about this many versions."""
+
 GLOBAL_EVAL_CHUNK = 512
 """Global-test-set samples per evaluation chunk (a constant, so the summed results do not
 depend on how many executors share the chunks)."""
@@ -486,8 +492,10 @@ class Session:
     A task whose upload the clock knows at dispatch to be discarded (``task.upload_discarded``:
     the server gives up on it, or drops it as late) changes nothing but the client state it
     leaves. Its computation is deferred until that state is first needed: the client's next
-    task, a personalized evaluation, the final states, a checkpoint. A deferred task whose
-    state is never needed (the run ends first, or its release keeps no state) never runs.
+    task, a personalized evaluation, the final states, a checkpoint, or :data:`DEFER_VERSIONS`
+    server versions after its dispatch (which bounds the payloads held for it). A deferred
+    task whose state is never needed (the run ends first, or its release keeps no state)
+    never runs.
     When it does run, it runs with the inputs it was dispatched with (payload, state, task
     index and so seed), so the tables are those of running it at once, bit for bit."""
 
@@ -520,6 +528,9 @@ class Session:
         still to compute (:meth:`kept_state` settles it)."""
         self._deferred: dict[int, _Running] = {}
         """Clients whose latest kept state is that of a deferred task, not run yet."""
+        self._deferred_since: dict[int, int] = {}
+        """For each client in :attr:`_deferred`: the dispatch version of its oldest deferred task."""
+        self.defer_versions = DEFER_VERSIONS
         self.respawns = 0
         self._respawn = respawn
         self._load = [0] * len(executors)
@@ -564,12 +575,16 @@ class Session:
         for t, m in zip(tasks, metrics):
             self._finish(t, keep_state=True, metrics=m)
         self.version = int(version)
+        for client in [c for c, since in self._deferred_since.items() if since < self.version - self.defer_versions]:
+            self.kept_state(client)  # bounds the payloads held for deferred work
         return self.version
 
     def release(self, task: Task, keep_state: bool) -> None:
         running: _Running = task.handle
         if running.deferred:
             if keep_state:
+                chained = task.client in self._deferred  # its state starts from a deferred one
+                self._deferred_since[task.client] = self._deferred_since[task.client] if chained else task.version
                 self._deferred[task.client] = running
             task.handle = None
             return
@@ -623,7 +638,7 @@ class Session:
         """Put the server and every client's kept state back to a checkpoint's."""
         self.version = int(self._server_get(self.t.call(self.server, "restore", state, receives)))
         self.client_state = {c: self.t.put(v) for c, v in clients.items()}
-        self._deferred = {}
+        self._deferred, self._deferred_since = {}, {}
         self._payload = None
 
     def restart(self, task: Task, payload: Any, state: Any) -> None:
@@ -636,6 +651,7 @@ class Session:
         """The handle of ``client``'s latest kept state (None: none), running its deferred
         tasks first if it has any."""
         running = self._deferred.pop(client, None)
+        self._deferred_since.pop(client, None)
         if running is not None:
             kept = self._settled(running)
             if kept is None:

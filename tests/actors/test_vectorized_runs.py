@@ -163,8 +163,8 @@ def test_more_algorithms_vectorized_give_the_sequential_run(tmp_path: Path, algo
 
 @pytest.mark.parametrize("sections,message", [
     (dict(algorithm={"name": "mofedsam"}), "runtime.vectorize: algorithm 'mofedsam' does not support vectorized "
-     "clients (allowed: ditto, fedasync, fedavg, fedavg_async, fedavg_ft, fedbuff, fedcm, fedprox, scaffold); "
-     "1 turns it off"),
+     "clients (allowed: ditto, fedasync, fedavg, fedavg_async, fedavg_ft, fedbuff, fedcm, fedexp, fednova, fedprox, "
+     "local, scaffold); 1 turns it off"),
     (dict(model={"name": "resnet18_gn"}), "runtime.vectorize: model 'resnet18_gn' is not supported"),
     (dict(algorithm={"name": "fedavg", "objective": "simclr"}), "runtime.vectorize: vectorized clients train the "
      "supervised objective only (algorithm.objective is 'simclr')"),
