@@ -142,11 +142,13 @@ def algorithm_lines(name: str, config: str, factory: ModelFactory, data: list[Cl
     seq, plain_s, plain_c, vec, vec_s, vec_c = _alternating(
         lambda: [alg.client_update(payload, s, d, r) for s, d, r in zip(states, data, rngs())],
         lambda: client_updates(alg, [payload] * k, states, data, rngs()), device)
-    diff = max(float((a.upload[u] - b.upload[u]).abs().max()) for a, b in zip(seq, vec) for u in a.upload)  # type: ignore[attr-defined]
+    # uploads and kept states (the local baseline uploads nothing; its result is its state)
+    diff = max((float((x[key] - y[key]).abs().max()) for a, b in zip(seq, vec)  # type: ignore[attr-defined]
+                for x, y in ((a.upload, b.upload), (a.state or {}, b.state or {})) for key in x), default=0.0)
     total = sum(alg.work(d.num_train) for d in data)
     lines = [f"{name:10s} {config:14s} train  sequential {plain_s:6.2f} s  vectorized {vec_s:6.2f} s  "
              f"ratio {plain_s / vec_s:5.2f}x  (CPU-time ratio {plain_c / vec_c:5.2f}x, {total / vec_s:,.0f} "
-             f"samples/s)  max|d upload|={diff:.1e}"]
+             f"samples/s)  max|d upload, state|={diff:.1e}"]
     if evaluates_vectorized(alg):
         evals, e_plain, _, batched, e_vec, _ = _alternating(
             lambda: [alg.evaluate_client(payload, s, d, 256) for s, d in zip(states, data)],
