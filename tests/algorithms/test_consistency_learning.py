@@ -4,8 +4,6 @@ beyond the local SGD ones (and a SAM radius of 0.05); client state (SCAFFOLD's c
 variates) persists between tasks."""
 from __future__ import annotations
 
-from typing import Iterator
-
 import pytest
 import torch
 
@@ -13,20 +11,14 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import get_algorithm
 from tests.algorithms.consistency_harness import DigitsFederation, run_sync
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 FACTORY = ModelFactory("mlp", (64,), 10, hidden=(64,))
 
 
 @pytest.fixture(scope="module")
 def fed() -> DigitsFederation:
     return DigitsFederation(shards_per_client=3)
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("name", ["fedprox", "scaffold", "fedcm", "fedsam", "mofedsam", "fedexp", "fedmrur_h"])

@@ -4,16 +4,17 @@ and the server step pulls the global body's representations towards the clients'
 (gradient version) or averages trained copies (workshop version). Several seeds each."""
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from fedclock.algorithms.base import Arrival, ClientData, ServerState, Tensors
+from fedclock.algorithms.base import ClientData, ServerState, Tensors
 from fedclock.algorithms.fedreco import FedReCo, FedReCoParams, representation_penalty
 from fedclock.algorithms.models import ModelFactory
+from tests.algorithms.every_client import rounds_with_every_client
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 FACTORY = ModelFactory("mlp", (64,), 10, hidden=(32,))
 CLIENTS, PER_CLIENT, ROUNDS = 8, 24, 8
@@ -36,17 +37,8 @@ def digits_clients(seed: int) -> list[ClientData]:
 
 
 def train(alg: FedReCo, clients: list[ClientData], seed: int) -> tuple[ServerState, list[Tensors]]:
-    """ROUNDS synchronous rounds with every client, each task with its own generator."""
-    state = alg.init_server(torch.Generator().manual_seed(seed))
-    kept: list[Tensors | None] = [None] * len(clients)
-    for t in range(ROUNDS):
-        arrivals = []
-        for c, data in enumerate(clients):
-            rng = torch.Generator().manual_seed(seed * 100_003 + t * 101 + c)
-            result = alg.client_update(alg.payload_for(state, c), kept[c], data, rng)
-            kept[c] = result.state
-            arrivals.append(Arrival(c, result.upload, result.num_samples, state.version, 0))
-        state, _ = alg.server_receive(state, arrivals, torch.Generator().manual_seed(t))
+    """ROUNDS synchronous rounds with every client; the clients' kept states."""
+    state, kept = rounds_with_every_client(alg, clients, ROUNDS, seed)
     return state, [k for k in kept if k is not None]
 
 
@@ -61,15 +53,6 @@ def consensus_gap(alg: FedReCo, global_weights: torch.Tensor, kept: list[Tensors
         alg.model_factory.load_flat(personal, k["weights"])
         gaps.append(float(representation_penalty(personal.body(data.x_train), anchor.body(data.x_train))))
     return float(np.mean(gaps))
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Single-threaded like the executors (many small models: threads only contend)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def fedreco(**kw: object) -> FedReCo:

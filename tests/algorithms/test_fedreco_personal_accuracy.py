@@ -42,17 +42,18 @@ what a better body can add.
 """
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from fedclock.algorithms.base import Algorithm, Arrival, ClientData, Tensors
+from fedclock.algorithms.base import Algorithm, ClientData
 from fedclock.algorithms.fedreco import FedReCo, FedReCoParams
 from fedclock.algorithms.local import Local, LocalParams
 from fedclock.algorithms.models import ModelFactory
+from tests.algorithms.every_client import rounds_with_every_client
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 FACTORY = ModelFactory("mlp", (64,), 10, hidden=(32,))
 CLIENTS, TRAIN, TEST, ROUNDS = 10, 30, 140, 30
@@ -82,16 +83,7 @@ def digits_clients(seed: int) -> list[ClientData]:
 def personal_accuracy(alg: Algorithm, clients: list[ClientData], seed: int) -> float:
     """Accuracy (%) of every client's personal model on its test split after ROUNDS
     synchronous rounds with every client, each task with its own generator."""
-    state = alg.init_server(torch.Generator().manual_seed(seed))
-    kept: list[Tensors | None] = [None] * len(clients)
-    for t in range(ROUNDS):
-        arrivals = []
-        for c, data in enumerate(clients):
-            rng = torch.Generator().manual_seed(seed * 100_003 + t * 101 + c)
-            result = alg.client_update(alg.payload_for(state, c), kept[c], data, rng)
-            kept[c] = result.state
-            arrivals.append(Arrival(c, result.upload, result.num_samples, state.version, 0))
-        state, _ = alg.server_receive(state, arrivals, torch.Generator().manual_seed(t))
+    state, kept = rounds_with_every_client(alg, clients, ROUNDS, seed)
     correct = sum(alg.evaluate_client(alg.payload_for(state, c), kept[c], data, 256).correct
                   for c, data in enumerate(clients))
     return 100.0 * correct / (CLIENTS * TEST)
@@ -106,15 +98,6 @@ def fedreco(lam: float, server: dict[str, object]) -> FedReCo:
 def local() -> Local:
     """The same step budget per round (K_v + K_u steps), on the whole model."""
     return Local(LocalParams(**SETTINGS, local_steps=HEAD_STEPS + BODY_STEPS), FACTORY)  # type: ignore[arg-type]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Single-threaded like the executors (many small models: threads only contend)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_consensus_beats_lambda_zero_and_local_training_in_both_server_modes() -> None:
