@@ -3,32 +3,21 @@ workload's numbers, and its plain loop draws the same mini-batches as fedclock's
 :func:`~fedclock.algorithms.training.batches` (so both sides do the same SGD steps)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
 from fedclock.algorithms.training import batches
 from fedclock.scenarios.loader import parse_suite
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "e2e.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("e2e", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import load_script
 
 
 @pytest.mark.parametrize("backend,vectorize", [("ray", 1), ("ray", 32), ("inline", 1), ("inline", 32)])
 @pytest.mark.parametrize("workload", ["mlp", "cnn5"])
 def test_scenario_files_are_the_workloads(tmp_path: Path, workload: str, backend: str, vectorize: int) -> None:
-    e2e = load()
+    e2e = load_script("e2e")
     work = e2e.WORKLOADS[workload]
     text = e2e.scenario_text("w", work, tmp_path, vectorize, backend)
     (scenario,) = parse_suite(json.loads(text), "e2e").runs
@@ -42,7 +31,7 @@ def test_scenario_files_are_the_workloads(tmp_path: Path, workload: str, backend
 def test_plain_loop_draws_fedclocks_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plain loop's indices for a client of 50 samples in batches of 12 (a batch straddles
     two permutations) are those of ``batches`` with the same generator seed."""
-    e2e = load()
+    e2e = load_script("e2e")
     seen: list[torch.Tensor] = []
     x, y = torch.randn(50, 1, 28, 28), torch.randint(0, 10, (50,))
     model = e2e.build_model(e2e.WORKLOADS["mlp"])
@@ -66,7 +55,7 @@ def test_plain_model_is_fedclocks_layer_for_layer(workload: str) -> None:
     same parameter shapes in the same order."""
     from fedclock.algorithms.models import ModelFactory
 
-    e2e = load()
+    e2e = load_script("e2e")
     work = e2e.WORKLOADS[workload]
     ours = ModelFactory(work["model"], (1, 28, 28), 10, hidden=tuple(work["hidden"]) or (128,)).build()
     plain = e2e.build_model(work)

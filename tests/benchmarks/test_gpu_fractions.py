@@ -3,26 +3,14 @@
 tests does not declare; run ``benchmarks/gpu_fractions.py --fake-gpus`` for it.)"""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_fractions.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_fractions", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import load_script
 
 
 def test_all_busy_fraction() -> None:
-    gpu = load()
+    gpu = load_script("gpu_fractions")
     assert gpu.all_busy_fraction([(0.0, 10.0), (0.0, 10.0)]) == 1.0
     assert gpu.all_busy_fraction([(0.0, 10.0), (2.0, 7.0), (1.0, 9.0)]) == pytest.approx(0.5)
     assert gpu.all_busy_fraction([(0.0, 4.0), (5.0, 10.0)]) == 0.0  # one after the other
@@ -30,7 +18,7 @@ def test_all_busy_fraction() -> None:
 
 
 def test_without_cuda_one_line_and_exit_0(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    gpu = load()
+    gpu = load_script("gpu_fractions")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu.main([]) == 0
     out = capsys.readouterr()
