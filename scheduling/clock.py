@@ -251,8 +251,8 @@ class Clock:
             task.gives_up_at = now + timeout
         elif timeout is not None and timing.total_s > timeout:
             task.gives_up_at = now + timeout
+        task.upload_discarded = self._upload_discarded(task)
         if not task.lost and not self._discarded(task):  # a result never used: skip its computation
-            task.upload_discarded = self._upload_discarded(task)
             self.backend.start(task)
             task.started = True
         self.kernel.arm(task)
@@ -274,7 +274,7 @@ class Clock:
         budget = self.stop.virtual_time_s
         if budget is not None and task.finishes_at > budget:
             return True
-        return self.stateless_clients and self._upload_discarded(task)
+        return self.stateless_clients and task.upload_discarded
 
     def _upload_discarded(self, task: Task) -> bool:
         """Whether the server will not use ``task``'s upload, known at its dispatch: it gives
