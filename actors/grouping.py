@@ -6,11 +6,12 @@ executors in groups: with ``runtime.vectorize`` K, groups of at most K tasks, ea
 at once by :func:`~fedclock.algorithms.vectorized.client_updates`; otherwise groups spread
 over the executors (``runtime.tasks_per_call``), each task of a group run on its own, one
 after the other, so that a round costs one call per executor instead of one per task. A
-vectorized group is never made of tasks
-started at different instants, and the groups of an instant are cut when the clock next
-needs something from the backend (a result, a release, an evaluation) or starts a task at a
-later instant. The grouping is therefore a function of the clock's calls only — not of wall
-time, Ray, or the number of executors — so a run gives the same numbers every time.
+group is never made of tasks started at different instants, and the groups of an instant
+are cut when the clock next needs something from the backend (a result, a release, an
+evaluation) or starts a task at a later instant. Vectorized groups are therefore a function
+of the clock's calls only — not of wall time, Ray, or the number of executors — so a run
+gives the same numbers every time; one-by-one groups also follow the number of executors,
+which changes no number, as each of their tasks runs on its own.
 """
 from __future__ import annotations
 

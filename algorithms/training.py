@@ -168,9 +168,10 @@ def local_sgd(model: nn.Module, factory: FlatCodec, start_weights: torch.Tensor,
     ``model`` is a workspace whose weights are overwritten (it may live on any device; the
     data must be on the same one). The update is ``torch.optim.SGD``'s with ``params.lr``,
     ``momentum`` and ``weight_decay`` (momentum buffers do not outlive the task), applied
-    through :class:`SGDStep`. Each step: objective = ``loss_fn`` on the batch (+ ``extra_loss``); gradients by
-    ``grad_fn`` (default: one backward pass; a custom one must evaluate the closure at least
-    once); ``after_backward``; clipping of the trainable parameters' gradient norm to
+    through :class:`SGDStep`. Each step: objective = ``loss_fn`` on the batch (+
+    ``extra_loss``); gradients by ``grad_fn`` (default: one backward pass; a custom one must
+    evaluate the closure at least once); ``after_backward``; clipping of the trainable
+    parameters' gradient norm to
     ``params.max_grad_norm`` if set; the optimizer step.
     Parameters outside ``trainable`` (default: all) are frozen for the task.
 
