@@ -426,9 +426,7 @@ def _ratios(name: str, t: dict[str, float], k: int) -> None:
                 lines.append(f"{side}/plain {t[side] / t['plain']:.2f} (CPU {t[side + '_cpu'] / t['plain_cpu']:.2f})")
     if "flower" in t:
         for side in ours:
-            if side in t:
-                lines.append(f"flower/{side} {t['flower'] / t[side]:.2f} "
-                             f"(CPU {t['flower_cpu'] / t[side + '_cpu']:.2f})")
+            lines.append(f"flower/{side} {t['flower'] / t[side]:.2f} (CPU {t['flower_cpu'] / t[side + '_cpu']:.2f})")
     for side in ours:
         if f"{side}_startup" in t:
             lines.append(f"{side} start-up {t[side + '_startup']:.2f} s")
