@@ -142,7 +142,7 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 """Multi-domain sources (:mod:`fedclock.scenarios.domains`): ``pool: all`` is not offered for them."""
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope"]
+                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope", "mnist1d"]
 
 
 PluginName = Annotated[str, Field(min_length=1, max_length=400)]
@@ -179,6 +179,8 @@ class DatasetConfig(StrictModel):
     synthetic_features: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_FEATURES)] = 60
     synthetic_classes: Annotated[int, Field(ge=2, le=MAX_SYNTHETIC_FEATURES)] = 10
     synthetic_samples: Annotated[int, Field(ge=10, le=MAX_SYNTHETIC_SAMPLES)] = 20000
+    mnist1d_samples: Annotated[int, Field(ge=20, le=200_000)] = Field(
+        default=10_000, description="mnist1d: samples generated (global_test_fraction of them form the test set)")
     max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="keep a random subset of the training pool (quick variants)")
     global_test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
