@@ -59,7 +59,8 @@ def load_mnist1d(samples: int, test_fraction: float, root: Path) -> dict[str, np
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")  # processes side by side
-        np.savez(tmp, **data)
+        np.savez(tmp, x_train=data["x_train"], y_train=data["y_train"], x_test=data["x_test"],
+                 y_test=data["y_test"])
         tmp.replace(path)
     except OSError:
         pass  # a read-only data root: generate each time
