@@ -29,8 +29,9 @@ FedScale, ``thirdparty/oort/oort.py``, settles it, as noted):
   ``pacer_delta``) (FedScale's rule).
 * **Exploration** (Sec. 4.2): the exploration fraction ``e`` decays once per round,
   ``e = max(e decay, e_min)``, before the round's choice; ``floor(K e)`` clients are explored
-  and the other ``K - floor(K e)`` exploited (fewer when fewer candidates are explored; the
-  exploration then takes the rest). Unexplored clients are drawn uniformly: FedScale ranks
+  and the other ``K - floor(K e)`` exploited. When fewer unexplored candidates are left, the
+  exploitation takes the rest, and when fewer explored ones are known, the exploration does
+  (FedScale's selector returns a smaller cohort then; here the cohort keeps its size). Unexplored clients are drawn uniformly: FedScale ranks
   them by a speed and size prior taken from device profiles, which a server does not know
   here (with ``selection.disclose: [data_size]`` they are drawn with probability proportional
   to data size instead).
@@ -123,12 +124,13 @@ class Oort(Selector):
         return float(known[min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1)])
 
     @staticmethod
-    def split(k: int, exploration: float, explored: int) -> tuple[int, int]:
-        """(exploited, explored-new) counts of a cohort of ``k``: ``k - floor(k e)`` exploited,
-        at most the number of explored candidates."""
-        explore = int(k * exploration)
+    def split(k: int, exploration: float, explored: int, unexplored: int) -> tuple[int, int]:
+        """(exploited, newly explored) counts of a cohort of ``k``: ``floor(k e)`` explored
+        (at most the unexplored candidates), the rest exploited (at most the explored ones);
+        what one side cannot take goes to the other (see the module)."""
+        explore = min(int(k * exploration), unexplored)
         exploit = min(k - explore, explored)
-        return exploit, k - exploit
+        return exploit, min(k - exploit, unexplored)
 
     # ------------------------------------------------------------------ per round
     def _new_round(self, view: SelectionView) -> None:
@@ -170,7 +172,7 @@ class Oort(Selector):
         loss = view.last_loss[pool]
         is_explored = ~np.isnan(loss)
         explored, fresh = pool[is_explored], pool[~is_explored]
-        exploit_n, _ = self.split(k, self.exploration, explored.shape[0])
+        exploit_n, _ = self.split(k, self.exploration, explored.shape[0], fresh.shape[0])
         chosen: list[np.ndarray] = []
         if exploit_n > 0:
             scores = self.scores(view, explored)

@@ -45,8 +45,9 @@ def test_oort_preferred_duration_is_the_pacer_percentile() -> None:
 
 
 def test_oort_exploration_split_and_decay() -> None:
-    assert Oort.split(10, 0.882, explored=50) == (2, 8)  # floor(8.82) = 8 explored
-    assert Oort.split(10, 0.3, explored=1) == (1, 9)  # only one explored candidate to exploit
+    assert Oort.split(10, 0.882, explored=50, unexplored=100) == (2, 8)  # floor(8.82) = 8 explored
+    assert Oort.split(10, 0.3, explored=1, unexplored=100) == (1, 9)  # one explored candidate to exploit
+    assert Oort.split(10, 0.882, explored=50, unexplored=3) == (7, 3)  # three left to explore
     oort = Oort(OortParams(), rng())
     h = ClientHistory(20)
     oort.select(SelectionView(h, 0.0, 0, 0, None), np.arange(20), 5)
