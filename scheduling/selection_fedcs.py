@@ -14,7 +14,8 @@ Every choice, stated:
   repeatedly take the remaining client maximising ``1 / (T_UL + max(0, T_UD - Theta))``
   (the smallest increment, ties by client id), and keep it if ``Theta' = Theta + T_UL +
   max(0, T_UD - Theta)`` is within the deadline, else discard it; stop when ``K`` are kept
-  or none is left. Uploads are planned one after another (the paper's shared channel,
+  or none is left (after the first discard none can fit, as ``Theta`` did not change, so the
+  loop stops there). Uploads are planned one after another (the paper's shared channel,
   ``sequential_uploads: true``); with ``false`` they are planned in parallel, as the clock
   simulates them, and a client is kept when its own ``T_UD + T_UL`` fits.
 * **Deadline**: ``deadline_s`` if set, else the sync round's ``mode.deadline_s`` (the loader
@@ -78,9 +79,10 @@ class FedCS(Selector):
             increment = np.where(left, t_ul + np.maximum(0.0, t_ud - theta), np.inf)
             x = int(np.argmin(increment))  # the first minimum: clients are in id order
             left[x] = False
-            if theta + increment[x] <= deadline:
-                theta += float(increment[x])
-                kept.append(x)
+            if theta + increment[x] > deadline:
+                break  # Theta is unchanged, so every other client's increment is at least as large: none fits
+            theta += float(increment[x])
+            kept.append(x)
         if not kept:
             kept = [int(np.lexsort((clients, t_ud + t_ul))[0])]
         return clients[np.array(kept, dtype=np.int64)]

@@ -118,10 +118,10 @@ class Oort(Selector):
     def preferred_duration(durations: np.ndarray, percentile: float) -> float:
         """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the known
         ones; inf when ``P >= 100`` or none is known."""
-        known = np.sort(durations[~np.isnan(durations)])
+        known = durations[~np.isnan(durations)]
         if percentile >= 100.0 or known.shape[0] == 0:
             return math.inf
-        return float(known[min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1)])
+        return _rank_value(known, min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1))
 
     @staticmethod
     def split(k: int, exploration: float, explored: int, unexplored: int) -> tuple[int, int]:
@@ -193,11 +193,11 @@ class Oort(Selector):
         the system penalty."""
         p: OortParams = self.params
         util = self.utility(view.last_samples[clients], view.last_loss[clients])
-        positive = np.sort(util[util > 0])
+        positive = util[util > 0]
         if positive.shape[0]:
-            clip = positive[min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1)]
-            low = positive[0] * 0.999
-            span = max(float(positive[-1]) - low, 1e-4)
+            clip = _rank_value(positive, min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1))
+            low = float(positive.min()) * 0.999
+            span = max(float(positive.max()) - low, 1e-4)
         else:
             clip, low, span = 0.0, 0.0, 1e-4
         score = (np.minimum(util, clip) - low) / span
@@ -207,11 +207,14 @@ class Oort(Selector):
         return np.abs(score)
 
     def _exploit(self, clients: np.ndarray, scores: np.ndarray, n: int, cut_off: float) -> np.ndarray:
-        order = np.lexsort((clients, -scores))
-        ranked, ranked_scores = clients[order], scores[order]
-        threshold = ranked_scores[min(n, ranked.shape[0] - 1)] * cut_off
-        size = max(int(np.count_nonzero(ranked_scores >= threshold)), min(10 * n + 1, ranked.shape[0]))
-        pool, weights = ranked[:size], ranked_scores[:size]
+        total_n = clients.shape[0]
+        floor = min(10 * n + 1, total_n)  # the pool's least size
+        top = _top(scores, clients, floor)  # the best ``floor`` by (score desc, id), in that order
+        threshold = scores[top[min(n, total_n - 1)]] * cut_off
+        above = np.flatnonzero(scores >= threshold)
+        if above.shape[0] > floor:  # more at or above the cut-off than the least size: all of them
+            top = above[np.lexsort((clients[above], -scores[above]))]
+        pool, weights = clients[top], scores[top]
         total = weights.sum()
         prob = weights / total if total > 0 else None
         if prob is not None and np.count_nonzero(prob) < n:
@@ -225,3 +228,18 @@ class Oort(Selector):
             if np.count_nonzero(sizes) >= n:
                 prob = sizes / sizes.sum()
         return self.rng.choice(clients, size=n, replace=False, p=prob)
+
+
+def _rank_value(values: np.ndarray, rank: int) -> float:
+    """The value of ``rank`` (0-based) in ascending order, in linear time."""
+    return float(np.partition(values, rank)[rank])
+
+
+def _top(scores: np.ndarray, ids: np.ndarray, m: int) -> np.ndarray:
+    """Positions of the ``m`` best entries by (score descending, id ascending), in that order,
+    without sorting the whole array."""
+    if m >= scores.shape[0]:
+        return np.lexsort((ids, -scores))
+    cut = np.partition(-scores, m - 1)[m - 1]  # the m-th best score (negated)
+    inside = np.flatnonzero(-scores <= cut)  # every entry at least as good (ties included)
+    return inside[np.lexsort((ids[inside], -scores[inside]))][:m]
