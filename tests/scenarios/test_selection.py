@@ -190,3 +190,22 @@ def test_participation_metrics_by_hand(tmp_path: Path) -> None:
     assert last.never_picked_fraction == pytest.approx(np.mean(counts == 0))
     seen = clients.num_train[clients.tasks_applied > 0].sum() / clients.num_train.sum()
     assert last.data_seen_fraction == pytest.approx(seen)
+
+
+@pytest.mark.parametrize("mode", [{"type": "async", "concurrency": 2},
+                                  {"type": "async", "concurrency": 2, "aggregation": {"window_s": 1.0}}],
+                         ids=["async-refill", "windowed"])
+def test_a_selector_picks_async_refills_and_window_cohorts(tmp_path: Path, mode: dict[str, Any]) -> None:
+    (tmp_path / "win_sel.py").write_text(USER_SELECTORS.replace("candidates[:k]", "candidates[-k:]", 1))
+    import yaml
+
+    from fedclock.scenarios.loader import load_suite
+    data = {**BASE, "population": {"num_clients": 6}, "mode": mode, "stop": {"versions": 6},
+            "algorithm": {"name": "fedasync", "lr": 0.1, "local_steps": 3, "batch_size": 16},
+            "selection": {"name": "win_sel:LowestIds"}}
+    file = tmp_path / "scenario.yaml"
+    file.write_text(yaml.safe_dump(data))
+    (run_,) = load_suite(file).runs
+    run_scenario(run_, Runtime("inline"), tmp_path / "out")
+    events = pd.read_parquet(tmp_path / "out" / "events.parquet").sort_values("task")
+    assert sorted(events.client.iloc[:2]) == [4, 5]  # the highest ids first, as the selector says
