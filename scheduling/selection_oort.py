@@ -31,8 +31,8 @@ FedScale, ``thirdparty/oort/oort.py``, settles it, as noted):
   ``e = max(e decay, e_min)``, before the round's choice; ``floor(K e)`` clients are explored
   and the other ``K - floor(K e)`` exploited. When fewer unexplored candidates are left, the
   exploitation takes the rest, and when fewer explored ones are known, the exploration does
-  (FedScale's selector returns a smaller cohort then; here the cohort keeps its size). Unexplored clients are drawn uniformly: FedScale ranks
-  them by a speed and size prior taken from device profiles, which a server does not know
+  (FedScale's selector returns a smaller cohort then; here the cohort keeps its size).
+  Unexplored clients are drawn uniformly: FedScale ranks them by a speed and size prior taken from device profiles, which a server does not know
   here (with ``selection.disclose: [data_size]`` they are drawn with probability proportional
   to data size instead).
 * **Exploitation** (Sec. 4.2, FedScale): candidates sorted by score; the cut-off is

@@ -161,7 +161,7 @@ def test_overcommit_closes_at_the_kth_arrival_and_never_computes_the_rest(tmp_pa
     run_scenario(scenario(**sections), Runtime("inline"), tmp_path)
     events = pd.read_parquet(tmp_path / "events.parquet")
     metrics = pd.read_parquet(tmp_path / "metrics.parquet")
-    for r, rows in events.groupby("round"):
+    for _, rows in events.groupby("round"):
         assert len(rows) == 3  # ceil(1.3 x 2)
         applied, cancelled = rows[rows.status == "applied"], rows[rows.status == "cancelled"]
         assert len(applied) == 2 and len(cancelled) == 1
