@@ -32,9 +32,10 @@ FedScale, ``thirdparty/oort/oort.py``, settles it, as noted):
   and the other ``K - floor(K e)`` exploited. When fewer unexplored candidates are left, the
   exploitation takes the rest, and when fewer explored ones are known, the exploration does
   (FedScale's selector returns a smaller cohort then; here the cohort keeps its size).
-  Unexplored clients are drawn uniformly: FedScale ranks them by a speed and size prior taken from device profiles, which a server does not know
-  here (with ``selection.disclose: [data_size]`` they are drawn with probability proportional
-  to data size instead).
+  Unexplored clients are drawn uniformly: FedScale ranks them by a speed and size prior
+  taken from device profiles, which a server does not know here (with
+  ``selection.disclose: [data_size]`` they are drawn with probability proportional to data
+  size instead).
 * **Exploitation** (Sec. 4.2, FedScale): candidates sorted by score; the cut-off is
   ``cut_off_util`` times the score of rank ``exploit`` (0-based); the pool is every candidate
   at or above it, extended in score order to at least ``10 exploit + 1`` clients; ``exploit``

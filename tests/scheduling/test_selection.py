@@ -33,7 +33,7 @@ def test_a_selector_cannot_read_device_profiles_unless_disclosed() -> None:
     devices = Devices(np.array([11.0, 22.0]), np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([0.1, 0.2]))
     view = SelectionView(ClientHistory(2), 0.0, 0, 0, None)
     with pytest.raises(NotDisclosed):
-        getattr(view, "resources")
+        assert view.resources is None
     assert view.disclosed_data_size is None
     held = [getattr(view, name) for name in SelectionView.__slots__]
     assert not any(isinstance(v, Devices) for v in held)
