@@ -243,5 +243,6 @@ def population_availability(population: PopulationConfig, seed: int) -> list[Ava
     out: list[Availability] = []
     for cid in range(population.num_clients):
         cfg = per_client.get(cid, population.availability)
-        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else make_availability(cfg, seed, cid, traces, fedscale))
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable)
+                   else make_availability(cfg, seed, cid, traces, fedscale))
     return out

@@ -110,8 +110,10 @@ def test_same_tables_on_ray_and_inline(ray_runtime: Runtime, tmp_path: Path) -> 
       "upload": {"compression": {"type": "fp16"}}},
      "upload.compression: algorithm 'fedasync' does not upload a model delta"),
     ({"upload": {"compression": {"type": "top_k"}}}, "upload.compression: give exactly one of k and fraction"),
-    ({"upload": {"compression": {"type": "quantize", "bits": 0}}}, "upload.compression.bits: Input should be greater than or equal to 1 (got 0)"),
-    ({"download": {"compression": {"type": "top_k", "k": 3}}}, "download.compression.type: Input should be 'fp16' (got 'top_k')"),
+    ({"upload": {"compression": {"type": "quantize", "bits": 0}}},
+     "upload.compression.bits: Input should be greater than or equal to 1 (got 0)"),
+    ({"download": {"compression": {"type": "top_k", "k": 3}}},
+     "download.compression.type: Input should be 'fp16' (got 'top_k')"),
 ])
 def test_mistakes_are_one_line_errors(sections: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError) as err:

@@ -20,8 +20,8 @@ from fedclock.scheduling.fedscale_traces import TRAIN_FACTOR
 from fedclock.scheduling.traces import TraceError, check_trace_file, read_device_trace, read_fedscale_availability
 from tests.conftest import scenario
 
-CAPACITY = {2: {"computation": 10.0, "communication": 500.0},   # keys out of order: read in ascending order
-            1: {"computation": 50.0, "communication": 2000.0}}
+CAPACITY = {2: {"computation": 100.0, "communication": 500.0},   # keys out of order: read in ascending order
+            1: {"computation": 500.0, "communication": 2000.0}}
 BEHAVIOR = {1: {"active": [0, 100], "inactive": [50, 200], "finish_time": 300, "duration": 200, "model": "x"},
             2: {"active": [250, 0], "inactive": [300, 50], "finish_time": 300, "duration": 100, "model": "y"}}
 
@@ -35,7 +35,7 @@ def test_capacity_entries_become_devices_in_key_order_cycling(tmp_path: Path) ->
     """compute = 1000 / (3 * ms) training samples/s; kbit/s / 1000 = Mbit/s both ways."""
     trace = read_device_trace(write(tmp_path / "client_device_capacity", CAPACITY), 3)
     assert trace.client.tolist() == [0, 1, 2] and set(trace.time_s) == {0.0}
-    assert trace.compute.tolist() == [1000 / 150, 1000 / 30, 1000 / 150] and TRAIN_FACTOR == 3.0
+    assert trace.compute.tolist() == [1000 / 1500, 1000 / 300, 1000 / 1500] and TRAIN_FACTOR == 3.0
     assert trace.down_mbps.tolist() == [2.0, 0.5, 2.0] == trace.up_mbps.tolist()
     assert trace.latency_s.isna().all()  # not in the file: the population's latency stays
 
@@ -97,7 +97,7 @@ def test_bad_behavior_file_is_one_line(tmp_path: Path) -> None:
 FEDSCALE_RUN = dict(
     population={"num_clients": 3, "devices": {"latency_s": 0.0}},
     algorithm={"name": "fedasync", "lr": 0.1, "batch_size": 10, "local_steps": 1, "alpha": 0.6},
-    mode={"type": "async", "concurrency": 3}, stop={"virtual_time_s": 700}, evaluation={"every": 50},
+    mode={"type": "async", "concurrency": 3}, stop={"virtual_time_s": 400}, evaluation={"every": 100},
 )
 
 
@@ -110,15 +110,15 @@ def fedscale_run(tmp_path: Path, capacity: Path, behavior: Path, out: str) -> pd
 
 def test_fedscale_files_drive_a_run_and_convert_to_the_same_parquet_run(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """Client 0 and 2 take capacity entry 1 (10 samples x 3 x 50 ms = 1.5 s of compute per
-    task), client 1 entry 2 (0.3 s); client 1 follows behaviour entry 2, so it is dispatched
+    """Client 0 and 2 take capacity entry 1 (10 samples x 3 x 500 ms = 15 s of compute per
+    task), client 1 entry 2 (3 s); client 1 follows behaviour entry 2, so it is dispatched
     only in [0, 50) and [250, 350) of each 300 s period. The converted Parquet traces (over
-    the run's 700 s) give the same events."""
+    the run's 400 s) give the same events."""
     capacity = write(tmp_path / "client_device_capacity", CAPACITY)
     behavior = write(tmp_path / "client_behave_trace", BEHAVIOR)
     events = fedscale_run(tmp_path, capacity, behavior, "pickles")
     compute = events.groupby("client").compute_s.unique()
-    assert [list(compute[c]) for c in (0, 1, 2)] == [[pytest.approx(1.5)], [pytest.approx(0.3)], [pytest.approx(1.5)]]
+    assert [list(compute[c]) for c in (0, 1, 2)] == [[pytest.approx(15.0)], [pytest.approx(3.0)], [pytest.approx(15.0)]]
     one = events[events.client == 1].dispatched_at % 300
     assert len(one) > 10 and ((one < 50) | (one >= 250)).all() and (one >= 250).any()
     assert main(["traces", "convert", str(capacity), str(tmp_path / "devices.parquet"), "--clients", "3"]) == 0
