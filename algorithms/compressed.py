@@ -18,6 +18,8 @@ and attribute is the algorithm's):
   tensors travel as ``"delta.<name>"``. With error feedback the client's state gains
   ``"upload_residual"`` (what was not sent), kept by the runtime between tasks like any
   other client state and so saved in checkpoints; the algorithm itself never sees the key.
+  A client cannot know that the server discarded its upload (a straggler dropped, a task
+  timed out): its residual holds only what it did not send, as on a real device.
 * server (``server_receive``): each arrival's message is decoded back to a float32
   ``"delta"`` before the algorithm's own rule runs.
 * costs: ``upload_bytes`` is the codec's exact message size for the model's parameter
