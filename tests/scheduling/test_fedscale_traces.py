@@ -127,3 +127,32 @@ def test_fedscale_files_drive_a_run_and_convert_to_the_same_parquet_run(tmp_path
     assert "availability trace, 3 clients" in capsys.readouterr().out
     converted = fedscale_run(tmp_path, tmp_path / "devices.parquet", tmp_path / "avail.parquet", "parquet")
     pd.testing.assert_frame_equal(events, converted, check_exact=True)
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def test_shipped_fedscale_sample_and_its_replay(tmp_path: Path) -> None:
+    """library/scripting/fedscale_replay (first 1000 s): the files hold what its header says;
+    compute 15 / 60 / 6 s per task by entry; clients 1 and 4 are dispatched only in [0, 300)
+    and [600, 900) of each 1000 s, clients 2 and 5 only in [200, 700)."""
+    from fedclock.scheduling.fedscale_traces import load_plain
+    from fedclock.scenarios.loader import load_suite
+
+    assert load_plain(SHIPPED / "traces" / "fedscale" / "client_device_capacity") == {
+        1: {"computation": 500.0, "communication": 8000.0}, 2: {"computation": 2000.0, "communication": 2000.0},
+        3: {"computation": 200.0, "communication": 20000.0}}
+    assert load_plain(SHIPPED / "traces" / "fedscale" / "client_behave_trace") == {
+        1: {"active": [0], "inactive": [1000], "finish_time": 1000},
+        2: {"active": [0, 600], "inactive": [300, 900], "finish_time": 1000},
+        3: {"active": [200], "inactive": [700], "finish_time": 1000}}
+    run = load_suite(SHIPPED / "library" / "scripting" / "fedscale_replay.yaml", ["stop.virtual_time_s=1000"]).runs[0]
+    run_scenario(run, Runtime("inline"), tmp_path / "out")
+    events = pd.read_parquet(tmp_path / "out" / "events.parquet")
+    for client, seconds in enumerate([15.0, 60.0, 6.0, 15.0, 60.0, 6.0]):
+        assert events[events.client == client].compute_s.round(9).unique().tolist() == [seconds]
+    at = {c: events[events.client == c].dispatched_at % 1000 for c in range(6)}  # the trace repeats
+    for c in (1, 4):
+        assert len(at[c]) and (((at[c] >= 0) & (at[c] < 300)) | ((at[c] >= 600) & (at[c] < 900))).all()
+    for c in (2, 5):
+        assert len(at[c]) and ((at[c] >= 200) & (at[c] < 700)).all()
