@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 # them into the file format and re-exports them under their old names here.
 from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
                                             RuntimeConfig)
+from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
                                                      MarkovOnOff, PeriodicMissing, TraceAvailability, TracePath)
 from fedclock.scheduling.completeness_connectivity import (BetaFraction, ChoiceFraction, CompletenessConfig,
@@ -29,6 +30,7 @@ from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceD
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRange, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
 from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
+from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
 from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
                                                  OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
@@ -43,7 +45,8 @@ __all__ = [
     "TimeBudget", "UniformFraction", "UnitFraction", "can_lose", "ChoiceDist", "ConstantDist", "DeviceDistributions",
     "Distribution", "LogNormalDist", "LogUniformDist", "UniformDist", "Fraction", "NonNegativeFloat", "OrderedRange",
     "PositiveFloat", "StrictModel", "AsyncMode", "ModeConfig", "StopConfig", "SyncMode", "WindowAggregation",
-    "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup", "CohortEvent",
+    "SelectionConfig", "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup",
+    "CohortEvent",
     "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
     "TimelineEvent", "timeline_problem",
     # Defined here.
@@ -332,8 +335,12 @@ class Scenario(StrictModel):
     stop: StopConfig
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    upload: UploadConfig = Field(default_factory=UploadConfig, description="compression of client updates")
+    download: DownloadConfig = Field(default_factory=DownloadConfig, description="compression of the model sent")
     output: OutputConfig = Field(default_factory=OutputConfig)
     timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
+    selection: SelectionConfig = Field(default_factory=SelectionConfig, description="who trains: {name: uniform|oort|"
+                                       "tifl|power_of_choice|fedcs|module:attribute, ...settings}")
     analysis: CKAAnalysis | None = Field(default=None, description="post-run analysis: cka")
     reproduces: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="what the file reproduces: '<paper short name>, <Table/Figure>' (shown by "
