@@ -113,6 +113,7 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
                 base_dir: Path | None = None) -> Suite:
     """Validate already-parsed YAML. Relative trace paths are read from ``base_dir`` (the
     scenario file's folder), else from the working directory."""
+    check_expansion(raw, source)
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {'list' if isinstance(raw, list) else type(raw).__name__}"
         raise ScenarioError(f"{source}: the file must be a mapping of sections such as name:, algorithm:, stop: "
@@ -167,6 +168,45 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
         for s in seeds:
             scenarios.append(validate_scenario({**data, "seed": s}, f"{where} seed {s}", base_dir))
     return Suite(name=suite_name, description=description, runs=tuple(scenarios), source=source, seeds=seeds)
+
+
+MAX_ALIAS_VALUES = 100_000
+"""How many values YAML aliases may add to a file beyond the values written in it."""
+
+
+def check_expansion(raw: Any, source: str) -> None:
+    """Refuse parsed YAML whose aliases expand it by more than :data:`MAX_ALIAS_VALUES` values
+    (nested aliases, "billion laughs": 400 bytes that stand for 9**9 values, which any walk
+    over the data would take hours to visit) or that contains itself (``a: &a [*a]``). An
+    alias is a shared Python object, so this counts each distinct list or mapping once
+    (memoized by identity): linear in the file."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    distinct = 0
+
+    def size(node: Any) -> int:
+        nonlocal distinct
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise ScenarioError(f"{source}: a YAML alias refers to itself (a section that contains itself); "
+                                f"write the values out")
+        on_path.add(key)
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        total = 1 + sum(size(child) for child in children)
+        on_path.discard(key)
+        distinct += 1 + len(children)
+        sizes[key] = total
+        return total
+
+    total = size(raw)
+    if total - distinct > MAX_ALIAS_VALUES:
+        raise ScenarioError(f"{source}: YAML aliases (*name) expand this file to {total:,} values, more than "
+                            f"{MAX_ALIAS_VALUES:,} beyond the values written in it (nested aliases?); "
+                            f"write the values out or use fewer aliases")
 
 
 MAX_REPEATS = 10_000
