@@ -1,7 +1,7 @@
 """The ``fedclock`` command.
 
-    fedclock run FILE [--out DIR] [--set key=value ...] [--seed S ...] [--jobs N] [--backend ray|inline]
-                      [--address ADDR]
+    fedclock run FILE [--out DIR] [--overwrite] [--set key=value ...] [--seed S ...] [--jobs N]
+                      [--backend ray|inline] [--address ADDR]
     fedclock run --resume DIR [--backend ray|inline] [--address ADDR]
     fedclock validate FILE [--set key=value ...]
     fedclock list algorithms|models|datasets|scenarios
@@ -38,6 +38,7 @@ from fedclock.scenarios.experiment import RunSummary
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find
 from fedclock.scenarios.rundirs import ResultsError
+from fedclock.scenarios.runstatus import FolderInUse
 from fedclock.scenarios.schema import Scenario
 
 EXIT_USAGE = 2
@@ -56,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
                      help="go on with the run in DIR from its last checkpoint (written with output.checkpoint_every)")
     run.add_argument("--out", type=Path, default=None, help="output directory (default: output.dir or results/NAME)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results of an earlier run in the output folder (without it, a run refuses "
+                     "a folder that is not empty)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set algorithm.lr=0.1 (repeatable)")
     run.add_argument("--backend", choices=["ray", "inline"], default=None,
@@ -120,9 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.address is not None:
             overrides.append(f"runtime.address={json.dumps(args.address)}")  # quoted: always a string
         if args.resume is not None:
-            if args.file is not None or args.overrides or args.out is not None or args.seeds or args.jobs != 1:
-                raise UsageError("--resume DIR: give no FILE, --set, --seed, --jobs or --out (the run's scenario and "
-                                 "directory are DIR's)")
+            if args.file is not None or args.overrides or args.out is not None or args.seeds or args.jobs != 1 \
+                    or args.overwrite:
+                raise UsageError("--resume DIR: give no FILE, --set, --seed, --jobs, --out or --overwrite (the run's "
+                                 "scenario and directory are DIR's)")
             return _run(_resume_suite(args.resume, overrides), args.resume, quiet=args.quiet, resume=True)
         if args.file is None:
             raise UsageError("run: give a scenario FILE, or --resume DIR")
@@ -130,8 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite = _only_seeds(load_suite(path, overrides), args.seeds)
         if args.jobs != 1:
             return _run_in_processes(suite, path, args)
-        return _run(suite, args.out, quiet=args.quiet)
-    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError) as exc:
+        return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite)
+    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
+            FolderInUse) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
@@ -157,7 +163,7 @@ def _resume_suite(directory: Path, overrides: list[str]) -> Suite:
     return load_suite(path, overrides)
 
 
-def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False) -> int:
+def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False, overwrite: bool = False) -> int:
     from fedclock.scenarios.progress import RunProgress, make_console, summary_table
 
     console = make_console()
@@ -177,7 +183,8 @@ def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False) -> i
                               f"({summary.stop_reason})")
 
         # Ray and the first run's actors start in the background while that run loads its data
-        summaries = execute(suite, out, resume=resume, on_start=start, on_finish=finish)
+        summaries = execute(suite, out, resume=resume, on_start=start, on_finish=finish, overwrite=overwrite,
+                            on_note=lambda line: print(f"fedclock: note: {one_line(line)}", file=sys.stderr))
     console.print(summary_table(f"{suite.name}: results", summaries))
     root = _summary_root(suite, out)
     if root is not None:
@@ -223,6 +230,7 @@ def _run_in_processes(suite: Suite, path: Path, args: argparse.Namespace) -> int
     seeds = list(dict.fromkeys(s.seed for s in suite.runs))
     passed = [x for o in args.overrides for x in ("--set", o)]
     passed += ["--out", str(args.out)] if args.out is not None else []
+    passed += ["--overwrite"] if args.overwrite else []
     passed += ["--backend", args.backend] if args.backend is not None else []
     passed += ["--address", args.address] if args.address is not None else []
     console = make_console()
@@ -265,6 +273,10 @@ def _plot(directory: Path, out: Path | None, max_clients: int) -> int:
     if max_clients < 1:
         raise UsageError(f"--max-clients: must be at least 1 (got {max_clients})")
     runs = find_runs([directory])
+    for run in runs:
+        if run.status not in ("finished", "unknown"):
+            print(f"fedclock: note: {run.name}: {one_line(run.status)} (its figures show the results it wrote)",
+                  file=sys.stderr)
     written = plot_runs(runs, out if out is not None else directory / "plots", max_clients=max_clients)
     print(f"{len(written)} figure(s) of {len(runs)} run(s) in {written[0].parent}/")
     return 0
