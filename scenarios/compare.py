@@ -218,8 +218,8 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
         ("run", "run", text)] + ([("seeds", "seeds", _int)] if seeded else []) + (
         [("seed", "seed", _int)] if per_seed else []) + [
         ("algorithm", "algorithm", str), ("mode", "mode", str)] + (
-        [("status", "status", str)] if "status" in frame.columns and bool((~frame["status"].isin(["finished", "unknown"])).any())
-        else []) + [
+        [("status", "status", str)] if "status" in frame.columns
+        and bool((~frame["status"].isin(["finished", "unknown"])).any()) else []) + [
         ("global %", "global_accuracy", _pct), ("best %", "best_global_accuracy", _pct),
         ("pers. %", "personal_accuracy_mean", _pct), ("pers. p10 %", "personal_accuracy_p10", _pct),
     ]
