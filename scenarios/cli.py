@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Set as AbstractSet
@@ -34,7 +36,7 @@ from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.api import execute, resolve_path, run_out_dir, scenario_dir, shipped_scenarios
 from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
-from fedclock.scenarios.experiment import RunSummary
+from fedclock.scenarios.experiment import Interrupted, OutputError, RunSummary
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find
 from fedclock.scenarios.rundirs import ResultsError
@@ -100,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = _parser()
+    previous = None
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed a one-line usage error
@@ -118,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plot(args.dir, args.out, args.max_clients)
         if args.command == "compare":
             return _compare(args.dirs, args.targets, args.out, args.metric, args.per_seed)
+        previous = _stop_on_sigterm()
         overrides = list(args.overrides)
         if args.backend is not None:
             overrides.append(f"runtime.backend={args.backend}")
@@ -143,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownAlgorithm as exc:
         print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
-    except ActorLost as exc:  # not the user's mistake, but still one line
+    except (ActorLost, OutputError) as exc:  # not the user's mistake, but still one line
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
@@ -153,6 +157,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)
         return 130
+    except Interrupted as exc:
+        print(f"fedclock: {exc}; results written so far are complete Parquet files (with output.checkpoint_every, "
+              f"fedclock run --resume DIR goes on)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM (``kill``, a batch system's time limit) ends a run as Ctrl-C does: the run
+    folder records ``interrupted`` and the user reads one line, not a silent death."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(f"interrupted ({signal.Signals(signum).name})")
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)  # the handler before, put back when the command ends
 
 
 def _resume_suite(directory: Path, overrides: list[str]) -> Suite:

@@ -1,6 +1,8 @@
 """One run, end to end: scenario → federation, population, algorithm → clock on the runtime."""
 from __future__ import annotations
 
+import errno
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +24,7 @@ from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpo
                                             usable_checkpoint, write_checkpoint)
 from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_disk
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
-from fedclock.scenarios.schema import AsyncMode, Scenario
+from fedclock.scenarios.schema import AsyncMode, Scenario, SyncMode
 from fedclock.scheduling.availability import population_availability
 from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.population import client_classes
@@ -110,9 +112,21 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
 
     The run takes ``out_dir`` first (:func:`fedclock.scenarios.runstatus.claim`: a fresh run
     refuses a folder holding anything unless ``overwrite``) and records there how it ended."""
-    status = claim(out_dir, resume=resume, overwrite=overwrite)
+    if scenario.runtime.device == "cuda" and runtime.backend == "inline" and not torch.cuda.is_available():
+        from fedclock.scenarios.loader import ScenarioError
+
+        raise ScenarioError(f"{scenario.name}: runtime.device: cuda, but PyTorch finds no GPU on this machine "
+                            f"(allowed here: cpu)")
+    try:
+        status = claim(out_dir, resume=resume, overwrite=overwrite)
+    except OSError as exc:
+        raise _output_error(exc, out_dir, resume) from None
     try:
         summary = _run_scenario(scenario, runtime, out_dir, on_progress, federation, resume, on_note, status.run_id)
+    except OSError as exc:
+        error = _output_error(exc, out_dir, scenario.output.checkpoint_every is not None)
+        finish(out_dir, status, FAILED, str(error) if error is not exc else f"{type(exc).__name__}: {exc}")
+        raise error from None
     except KeyboardInterrupt:
         finish(out_dir, status, INTERRUPTED, "interrupted (Ctrl-C)")
         raise
@@ -124,6 +138,33 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         raise
     finish(out_dir, status, FINISHED, summary.stop_reason)
     return summary
+
+
+class OutputError(Exception):
+    """The results folder cannot be written (disk full, read-only, no permission); one line
+    naming the file and the way back."""
+
+
+_OUTPUT_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                  errno.EPERM: "operation not permitted"}
+
+
+def _output_error(exc: OSError, out_dir: Path, resumable: bool) -> OSError | OutputError:
+    """An :class:`OutputError` for an ``OSError`` that says the folder cannot be written
+    (``exc`` itself for any other). Arrow's errors carry no errno: their text is matched."""
+    code = exc.errno if exc.errno in _OUTPUT_ERRNOS else next(
+        (c for c in _OUTPUT_ERRNOS if os.strerror(c) in str(exc)), None)
+    if code is None:
+        return exc
+    cause: BaseException | None = exc  # SimPy raises a copy of a process's exception, the original as its cause
+    while cause is not None and not getattr(cause, "filename", None):
+        cause = cause.__cause__
+    where = getattr(cause, "filename", None) or f"in {out_dir} ({' '.join(str(exc).split())[:200]})"
+    back = (f"free space (or make it writable) and go on with fedclock run --resume {out_dir}" if resumable else
+            f"free space (or make it writable) and run again with --overwrite (output.checkpoint_every: N would let "
+            f"--resume go on from the last checkpoint)")
+    return OutputError(f"cannot write {where}: {_OUTPUT_ERRNOS[code]}; the files already written are intact; {back}")
 
 
 class Interrupted(BaseException):
@@ -273,6 +314,13 @@ def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices
         wl.check_timeout(federation.num_clients, lambda c: local_steps(int(sizes[c])), duration)
     except TimeoutTooShort as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
+    mode = scenario.mode
+    if isinstance(mode, SyncMode) and mode.deadline_s is not None and mode.late_results == "drop":
+        fastest = min(duration(c, wl.fewest_steps(c, local_steps(int(sizes[c])))) for c in range(federation.num_clients))
+        if fastest > mode.deadline_s:
+            raise ScenarioError(f"{scenario.name}: mode.deadline_s: {mode.deadline_s:g} s is shorter than the fastest "
+                                f"possible task ({fastest:.4g} s), so every round would drop every result; raise it "
+                                f"(or set mode.late_results: include)")
     return wl
 
 

@@ -39,6 +39,7 @@ from fedclock.scenarios.schema import AlgorithmConfig, Scenario
 
 DISCRIMINATORS = ("type", "name", "dist")
 _RELATIVE_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9_.\-]*[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
 
 
 class ScenarioError(Exception):
@@ -123,6 +124,9 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
     overrides, seeds = _seeds(base, runs_raw, overrides, source)
     base.setdefault("name", default_name)
     suite_name = str(base["name"])
+    if runs_raw is not None and not _FOLDER_NAME.match(suite_name):
+        raise ScenarioError(f"{source}: name: {_short(base['name'])} names the suite's results folder: letters, "
+                            f"digits, _ . - and not only dots")
     description = str(base.get("description", ""))
     parsed = [(_parse_override(o, source), o if isinstance(o, str) else f"{o[0]}={o[1]!r}") for o in overrides]
     if runs_raw is None:
@@ -340,6 +344,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         params = cls.Params.model_validate(algo)
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
+    _no_bool_numbers(params, algo, where, ("algorithm",))
     objective = getattr(params, "objective", None)  # only ObjectiveParams have the field
     if objective is not None and objective not in cls.objectives:
         raise ScenarioError(f"{where}: algorithm.objective: algorithm {name!r} does not train with {objective!r} "
@@ -349,6 +354,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    _no_bool_numbers(scenario, {k: v for k, v in data.items() if k != "algorithm"}, where)
     if scenario.mode.type not in cls.modes:
         allowed = ", ".join(sorted(cls.modes))
         raise ScenarioError(f"{where}: mode.type: algorithm {name!r} does not run in {scenario.mode.type} mode "
@@ -372,6 +378,28 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         if problem:
             raise ScenarioError(f"{where}: runtime.vectorize: {problem}; 1 turns it off")
     return scenario
+
+
+def _no_bool_numbers(value: Any, raw: Any, where: str, path: tuple = ()) -> None:
+    """Refuse ``true``/``false`` given for a number: pydantic reads them as 1 and 0, so
+    ``num_clients: true`` would quietly run one client. Walks the validated model beside
+    the data it was validated from: a number that came from a bool is the mistake."""
+    if isinstance(raw, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ScenarioError(f"{where}: {_dotted(path)}: must be a number (got {str(raw).lower()})")
+        return
+    if isinstance(value, BaseModel) and isinstance(raw, dict):
+        for name, info in type(value).model_fields.items():
+            key = info.alias or name
+            if key in raw:
+                _no_bool_numbers(getattr(value, name), raw[key], where, path + (key,))
+    elif isinstance(value, (list, tuple)) and isinstance(raw, list) and len(value) == len(raw):
+        for i, (v, r) in enumerate(zip(value, raw)):
+            _no_bool_numbers(v, r, where, path + (i,))
+    elif isinstance(value, dict) and isinstance(raw, dict):
+        for key, v in value.items():
+            if key in raw:
+                _no_bool_numbers(v, raw[key], where, path + (key,))
 
 
 def _resolve_named(data: dict, base_dir: Path | None) -> dict:
