@@ -162,8 +162,8 @@ def _output_error(exc: OSError, out_dir: Path, resumable: bool) -> OSError | Out
         cause = cause.__cause__
     where = getattr(cause, "filename", None) or f"in {out_dir} ({' '.join(str(exc).split())[:200]})"
     back = (f"free space (or make it writable) and go on with fedclock run --resume {out_dir}" if resumable else
-            f"free space (or make it writable) and run again with --overwrite (output.checkpoint_every: N would let "
-            f"--resume go on from the last checkpoint)")
+            "free space (or make it writable) and run again with --overwrite (output.checkpoint_every: N would let "
+            "--resume go on from the last checkpoint)")
     return OutputError(f"cannot write {where}: {_OUTPUT_ERRNOS[code]}; the files already written are intact; {back}")
 
 
@@ -316,7 +316,8 @@ def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices
         raise ScenarioError(f"{scenario.name}: {exc}") from None
     mode = scenario.mode
     if isinstance(mode, SyncMode) and mode.deadline_s is not None and mode.late_results == "drop":
-        fastest = min(duration(c, wl.fewest_steps(c, local_steps(int(sizes[c])))) for c in range(federation.num_clients))
+        fastest = min(duration(c, wl.fewest_steps(c, local_steps(int(sizes[c]))))
+                      for c in range(federation.num_clients))
         if fastest > mode.deadline_s:
             raise ScenarioError(f"{scenario.name}: mode.deadline_s: {mode.deadline_s:g} s is shorter than the fastest "
                                 f"possible task ({fastest:.4g} s), so every round would drop every result; raise it "

@@ -75,9 +75,9 @@ def test_run_gives_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
 @pytest.mark.parametrize("fault", ["enospc", "erofs", "arrow-enospc"])
 def test_a_full_or_read_only_disk_is_one_line_and_resumable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
-    """The third table write after the first checkpoint fails as a full (or read-only) disk makes it fail: one line naming
-    the file and ``--resume``; every file written before still reads, and ``--resume`` ends
-    with the tables of an uninterrupted run."""
+    """The third table write after the first checkpoint fails as a full (or read-only) disk
+    makes it fail: one line naming the file and ``--resume``; every file written before still
+    reads, and ``--resume`` ends with the tables of an uninterrupted run."""
     file, out = tmp_path / "run.yaml", tmp_path / "out"
     file.write_text(SHORT)
     assert main(["run", str(file), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
