@@ -37,7 +37,7 @@ from fedclock.scenarios.api import execute, resolve_path, run_out_dir, scenario_
 from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
 from fedclock.scenarios.experiment import Interrupted, OutputError, RunSummary
-from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
+from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, not_imported, one_line, read_yaml
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find
 from fedclock.scenarios.rundirs import ResultsError
 from fedclock.scenarios.runstatus import FolderInUse
@@ -74,8 +74,15 @@ def _parser() -> argparse.ArgumentParser:
                      "different seeds side by side into the same --out)")
     run.add_argument("--jobs", type=int, default=1, metavar="N",
                      help="run the file's seeds side by side, up to N processes at once (one per seed)")
-    val = sub.add_parser("validate", help="check a scenario file without running it")
+    val = sub.add_parser("validate", help="check a scenario file without running it (a module:attribute name "
+                         "imports that module, running its code; --no-import checks without)",
+                         description="Check a scenario file without running it. A name of the form module:attribute "
+                         "(your own algorithm, model or dataset) or of an installed plugin imports that module, "
+                         "which runs its code, as a run would; give --no-import to check a file you do not trust.")
     val.add_argument("file")
+    val.add_argument("--no-import", action="store_true",
+                     help="import nothing: a plugin algorithm's own fields and the modes it runs in stay unchecked "
+                     "(listed in the output)")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     lst = sub.add_parser("list", help="list algorithms, models, datasets (shipped and installed plugins) or shipped "
                          "scenarios")
@@ -111,10 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             return _list(args.what)
         if args.command == "validate":
-            suite = load_suite(resolve_path(args.file), args.overrides)
+            suite = load_suite(resolve_path(args.file), args.overrides, imports=not args.no_import)
             names = ", ".join(dict.fromkeys(s.name for s in suite.runs))
             if suite.seeds is not None:
                 names += f"; each with seeds {', '.join(str(s) for s in suite.seeds)}"
+            unchecked = list(dict.fromkeys(n for s in suite.runs for n in not_imported(s))) if args.no_import else []
+            if unchecked:
+                names += f"; not imported, so unchecked: {', '.join(unchecked)}"
             print(f"{suite.source}: ok ({len(suite.runs)} run{'s' if len(suite.runs) != 1 else ''}: {names})")
             return 0
         if args.command == "plot":

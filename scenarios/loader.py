@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
-from fedclock.algorithms.registry import algorithm_names, get_algorithm
+from fedclock.algorithms.registry import ALGORITHMS, algorithm_names, get_algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
@@ -104,16 +104,21 @@ Override = Union[str, tuple[str, Any]]
 """``"key=value"`` as given to ``--set``, or a ``(key, value)`` pair (Python API)."""
 
 
-def load_suite(path: str | Path, overrides: Sequence[Override] = ()) -> Suite:
-    """Load and validate every run of a scenario file."""
+def load_suite(path: str | Path, overrides: Sequence[Override] = (), imports: bool = True) -> Suite:
+    """Load and validate every run of a scenario file (see :func:`parse_suite` for ``imports``)."""
     path = Path(path)
-    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem, base_dir=path.parent)
+    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem, base_dir=path.parent,
+                       imports=imports)
 
 
 def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), default_name: str = "scenario",
-                base_dir: Path | None = None) -> Suite:
+                base_dir: Path | None = None, imports: bool = True) -> Suite:
     """Validate already-parsed YAML. Relative trace paths are read from ``base_dir`` (the
-    scenario file's folder), else from the working directory."""
+    scenario file's folder), else from the working directory. A ``module:attribute`` name
+    (a user's algorithm, model or dataset) or an installed plugin's name imports that
+    module, which runs its code; with ``imports=False`` nothing is imported and what such
+    a name's code would check (the algorithm's own fields, the modes it runs in) is left
+    unchecked (:func:`not_imported` lists those names)."""
     check_expansion(raw, source)
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {'list' if isinstance(raw, list) else type(raw).__name__}"
@@ -164,13 +169,13 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
             _set_path(data, keys, value, source, text)
         where = f"{source}: run {run_name!r}" if run_name is not None else source
         if seeds is None:
-            scenarios.append(validate_scenario(data, where, base_dir))
+            scenarios.append(validate_scenario(data, where, base_dir, imports))
             continue
         if data.get("seed", 0) != 0:
             raise ScenarioError(f"{where}: seed: {_short(data['seed'])} cannot be combined with seeds:/repeats: "
                                 f"(list every seed in seeds:, e.g. seeds: [{_short(data['seed'])}])")
         for s in seeds:
-            scenarios.append(validate_scenario({**data, "seed": s}, f"{where} seed {s}", base_dir))
+            scenarios.append(validate_scenario({**data, "seed": s}, f"{where} seed {s}", base_dir, imports))
     return Suite(name=suite_name, description=description, runs=tuple(scenarios), source=source, seeds=seeds)
 
 
@@ -318,8 +323,17 @@ def _set_path(data: dict, keys: list[str], value: Any, source: str, text: str) -
 
 
 # --------------------------------------------------------------------------- validation
-def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> Scenario:
-    """Validate one run's merged data (relative trace paths are read from ``base_dir``)."""
+def not_imported(scenario: Scenario) -> list[str]:
+    """The ``field name`` of each name in ``scenario`` that only importing could check (a
+    user's or an installed plugin's algorithm, model or dataset)."""
+    named = (("algorithm.name", scenario.algorithm.name, ALGORITHMS), ("model.name", scenario.model.name, MODEL_NAMES),
+             ("dataset.name", scenario.dataset.name, DATASET_NAMES))
+    return [f"{field} {name}" for field, name, builtin in named if name not in builtin]
+
+
+def validate_scenario(data: dict, where: str, base_dir: Path | None = None, imports: bool = True) -> Scenario:
+    """Validate one run's merged data (relative trace paths are read from ``base_dir``; for
+    ``imports`` see :func:`parse_suite`)."""
     _check_keys(data, where)
     data = dict(data)
     algo = data.get("algorithm")
@@ -329,6 +343,8 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         raise ScenarioError(f"{where}: algorithm: must be a mapping with a name (got {algo!r})")
     algo = dict(algo)
     name = algo.pop("name", None)
+    if not imports:
+        return _validate_without_imports(data, name, where, base_dir)
     try:
         if name is not None and not isinstance(name, str):
             plugin = from_object("algorithm", name)
@@ -377,6 +393,51 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
             problem += f" (allowed: {', '.join(n for n in algorithm_names() if is_vectorizable(get_algorithm(n)))})"
         if problem:
             raise ScenarioError(f"{where}: runtime.vectorize: {problem}; 1 turns it off")
+    return scenario
+
+
+class UncheckedParams(BaseModel):
+    """A plugin algorithm's fields as given, unchecked (``validate --no-import``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+def _validate_without_imports(data: dict, name: Any, where: str, base_dir: Path | None) -> Scenario:
+    """:func:`validate_scenario` importing nothing: shipped algorithms are checked in full;
+    a plugin algorithm's own fields are kept as given, unchecked; plugin models and datasets
+    are left as names."""
+    if not isinstance(name, str):
+        raise ScenarioError(f"{where}: algorithm.name: missing or not a string (got {name!r})")
+    if name in ALGORITHMS:
+        return validate_scenario({**data, "algorithm": {**data["algorithm"]}}, where, base_dir, imports=True) \
+            if all(_shipped(data, k, b) for k, b in (("model", MODEL_NAMES), ("dataset", DATASET_NAMES))) \
+            else _validate_rest(data, name, where, base_dir)
+    return _validate_rest(data, name, where, base_dir)
+
+
+def _shipped(data: dict, kind: str, builtin: Any) -> bool:
+    section = data.get(kind)
+    return not isinstance(section, dict) or section.get("name", next(iter(builtin))) in builtin
+
+
+def _validate_rest(data: dict, name: str, where: str, base_dir: Path | None) -> Scenario:
+    """The scenario's sections but the algorithm's own fields (which need its class)."""
+    params: BaseModel
+    if name in ALGORITHMS:
+        cls = ALGORITHMS[name]
+        algo = {k: v for k, v in data["algorithm"].items() if k != "name"}
+        try:
+            params = cls.Params.model_validate(algo)
+        except ValidationError as exc:
+            raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
+    else:
+        params = UncheckedParams.model_validate({k: v for k, v in data["algorithm"].items() if k != "name"})
+    try:
+        scenario = Scenario.model_validate({**data, "algorithm": AlgorithmConfig(name=name, params=params)},
+                                           context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    _no_bool_numbers(scenario, {k: v for k, v in data.items() if k != "algorithm"}, where)
     return scenario
 
 

@@ -124,3 +124,21 @@ def test_sigterm_is_one_line_and_marks_the_run_interrupted(tmp_path: Path) -> No
     status = read_status(out)
     assert status is not None and status.status == "interrupted" and "SIGTERM" in status.reason
     assert len(pd.read_parquet(out / "metrics.parquet")) >= 1
+
+
+def test_validate_no_import_runs_none_of_the_files_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``validate`` imports a module:attribute name's module (its code runs: here it writes a
+    file); ``validate --no-import`` does not, checks the rest and names what it left unchecked."""
+    (tmp_path / "sneaky.py").write_text(
+        "from pathlib import Path\nPath(__file__).with_name('ran.txt').write_text('ran')\n"
+        "from fedclock.algorithms.fedavg import FedAvg\nclass Mine(FedAvg):\n    name = 'mine'\n")
+    file = tmp_path / "p.yaml"
+    file.write_text(BASE.replace("algorithm: {name: fedavg}", "algorithm: {name: 'sneaky:Mine', lr: 0.1}"))
+    assert main(["validate", str(file), "--no-import"]) == 0
+    out = capsys.readouterr().out
+    assert "not imported, so unchecked: algorithm.name sneaky:Mine" in out
+    assert not (tmp_path / "ran.txt").exists()
+    assert main(["validate", str(file), "--no-import", "--set", "population.num_clients=0"]) == 2
+    _one_line(capsys, "population.num_clients")
+    assert main(["validate", str(file)]) == 0
+    assert (tmp_path / "ran.txt").exists()
