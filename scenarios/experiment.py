@@ -124,7 +124,7 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     try:
         summary = _run_scenario(scenario, runtime, out_dir, on_progress, federation, resume, on_note, status.run_id)
     except OSError as exc:
-        error = _output_error(exc, out_dir, scenario.output.checkpoint_every is not None)
+        error = _output_error(exc, out_dir, any(p.name.isdigit() for p in checkpoint_dir(out_dir).glob("*")))
         finish(out_dir, status, FAILED, str(error) if error is not exc else f"{type(exc).__name__}: {exc}")
         raise error from None
     except KeyboardInterrupt:
@@ -162,8 +162,8 @@ def _output_error(exc: OSError, out_dir: Path, resumable: bool) -> OSError | Out
         cause = cause.__cause__
     where = getattr(cause, "filename", None) or f"in {out_dir} ({' '.join(str(exc).split())[:200]})"
     back = (f"free space (or make it writable) and go on with fedclock run --resume {out_dir}" if resumable else
-            "free space (or make it writable) and run again with --overwrite (output.checkpoint_every: N would let "
-            "--resume go on from the last checkpoint)")
+            "free space (or make it writable) and run again with --overwrite (no checkpoint to resume from yet: "
+            "output.checkpoint_every: N writes them)")
     return OutputError(f"cannot write {where}: {_OUTPUT_ERRNOS[code]}; the files already written are intact; {back}")
 
 
