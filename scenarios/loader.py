@@ -179,6 +179,9 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
     return Suite(name=suite_name, description=description, runs=tuple(scenarios), source=source, seeds=seeds)
 
 
+MAX_DEPTH = 100
+"""How deep lists and mappings may nest in a scenario file (deeper ones are refused before
+any recursive walk reaches Python's recursion limit)."""
 MAX_ALIAS_VALUES = 100_000
 """How many values YAML aliases may add to a file beyond the values written in it."""
 
@@ -188,12 +191,13 @@ def check_expansion(raw: Any, source: str) -> None:
     (nested aliases, "billion laughs": 400 bytes that stand for 9**9 values, which any walk
     over the data would take hours to visit) or that contains itself (``a: &a [*a]``). An
     alias is a shared Python object, so this counts each distinct list or mapping once
-    (memoized by identity): linear in the file."""
+    (memoized by identity): linear in the file. Nesting deeper than :data:`MAX_DEPTH` is
+    refused too."""
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
     distinct = 0
 
-    def size(node: Any) -> int:
+    def size(node: Any, depth: int) -> int:
         nonlocal distinct
         if not isinstance(node, (dict, list)):
             return 1
@@ -203,15 +207,18 @@ def check_expansion(raw: Any, source: str) -> None:
         if key in on_path:
             raise ScenarioError(f"{source}: a YAML alias refers to itself (a section that contains itself); "
                                 f"write the values out")
+        if depth > MAX_DEPTH:
+            raise ScenarioError(f"{source}: sections nested more than {MAX_DEPTH} levels deep; a scenario needs "
+                                f"a few")
         on_path.add(key)
         children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
-        total = 1 + sum(size(child) for child in children)
+        total = 1 + sum(size(child, depth + 1) for child in children)
         on_path.discard(key)
         distinct += 1 + len(children)
         sizes[key] = total
         return total
 
-    total = size(raw)
+    total = size(raw, 0)
     if total - distinct > MAX_ALIAS_VALUES:
         raise ScenarioError(f"{source}: YAML aliases (*name) expand this file to {total:,} values, more than "
                             f"{MAX_ALIAS_VALUES:,} beyond the values written in it (nested aliases?); "

@@ -518,6 +518,12 @@ def test_a_self_referring_alias_is_a_one_line_error(text: str, names: list[str])
     assert_one_line_error(outcome, *names)
 
 
+def test_deep_nesting_is_a_one_line_error() -> None:
+    """3,000 nested lists used to overflow Python's recursion limit (a traceback)."""
+    outcome = validate_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert_one_line_error(outcome, "nested more than 100 levels")
+
+
 def test_plain_aliases_still_work() -> None:
     """Aliases that share a section (a normal use) load as if the section were written out."""
     text = BLOCK["suite"].replace("population:\n", "population: &pop\n", 1) + "x-shared: *pop\n"
