@@ -168,9 +168,12 @@ Progress = Callable[[float, int, int, float | None], None]
 
 def execute(suite: Suite, out: Path | None, resume: bool = False,
             on_start: Callable[[Scenario], Progress | None] | None = None,
-            on_finish: Callable[[RunSummary], None] | None = None) -> list[RunSummary]:
+            on_finish: Callable[[RunSummary], None] | None = None, overwrite: bool = False,
+            on_note: Callable[[str], None] | None = None) -> list[RunSummary]:
     """Run every run of ``suite`` on one runtime (Ray, or inline, as the runs say) and
-    return their summaries; ``on_start`` may return a progress callback for the run."""
+    return their summaries; ``on_start`` may return a progress callback for the run. A run
+    whose folder holds anything refuses it unless ``overwrite``
+    (:mod:`fedclock.scenarios.runstatus`); ``on_note`` hears what a resume skipped."""
     first = suite.runs[0].runtime
     if len({s.runtime.backend for s in suite.runs}) > 1 or len({s.runtime.address for s in suite.runs}) > 1:
         raise ScenarioError("runtime.backend and runtime.address must be the same for every run of a file")
@@ -181,7 +184,8 @@ def execute(suite: Suite, out: Path | None, resume: bool = False,
     try:
         for i, scenario in enumerate(suite.runs):
             progress = on_start(scenario) if on_start is not None else None
-            summary = run_scenario(scenario, runtime, run_out_dir(suite, i, out), on_progress=progress, resume=resume)
+            summary = run_scenario(scenario, runtime, run_out_dir(suite, i, out), on_progress=progress, resume=resume,
+                                   on_note=on_note, overwrite=overwrite)
             if on_finish is not None:
                 on_finish(summary)
             summaries.append(summary)
@@ -191,13 +195,14 @@ def execute(suite: Suite, out: Path | None, resume: bool = False,
 
 
 def run(source: str | Path | Mapping[str, Any] | Scenario | Suite, *, out: str | Path | None = None,
-        overrides: Mapping[str, Any] | None = None) -> RunResult | SuiteResult:
+        overrides: Mapping[str, Any] | None = None, overwrite: bool = False) -> RunResult | SuiteResult:
     """Run ``source`` (see the module docstring) and return its results. ``out``: the
     results folder (default: ``output.dir``, else ``results/NAME``); a file with several
-    runs writes one folder per run under it and ``summary.parquet`` beside them."""
+    runs writes one folder per run under it and ``summary.parquet`` beside them. A folder
+    that already holds results is refused unless ``overwrite`` (which replaces them)."""
     suite = load(source, overrides)
     out_path = Path(out) if out is not None else None
-    summaries = execute(suite, out_path)
+    summaries = execute(suite, out_path, overwrite=overwrite)
     if len(summaries) == 1:
         return RunResult(summaries[0])
     keys = [s.name if suite.seeds is None else f"{s.name}/seed_{s.seed}" for s in summaries]

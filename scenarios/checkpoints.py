@@ -26,8 +26,21 @@ random generator — the clock's cohort generator by replaying its draws, traini
 server draws because they are seeded by (seed, stream, client, task index) and (seed,
 receive count).
 
-A checkpoint is written to a temporary folder and renamed, so a folder named by a version is
-always complete; the last :data:`KEEP` checkpoints are kept.
+* ``hashes.json`` — the SHA-256 of every other file in the folder, whatever it holds (so
+  state that later versions add to a checkpoint is covered too). A checkpoint whose files do
+  not match it (a flipped byte, a file added or missing) is refused when read.
+
+A checkpoint is written to a temporary folder, each file flushed to disk (``fsync``), and
+renamed, so a folder named by a version is always complete. The run makes the rows of the
+results tables that a checkpoint counts durable *before* writing it
+(:meth:`fedclock.scenarios.results.ResultsWriter.make_durable`), so a checkpoint never counts
+a row that a crash can lose. Each checkpoint names the run that wrote it (the ``run_id`` of
+the folder's ``run.json``, :mod:`fedclock.scenarios.runstatus`); the newest :data:`KEEP` of
+that run are kept and no other run's are touched.
+
+Resuming takes the newest *usable* checkpoint (:func:`usable_checkpoint`): one that reads,
+matches its hashes and counts no more rows than the tables on disk hold; each newer one it
+skips is named with the reason.
 """
 from __future__ import annotations
 
@@ -48,6 +61,7 @@ KEEP = 2
 """How many checkpoints a run keeps (the newest ones)."""
 
 FORMAT = 1
+HASHES_FILE = "hashes.json"
 
 
 def fingerprint(resolved: dict[str, Any]) -> str:
@@ -69,9 +83,9 @@ def _tensors(prefix: str, values: Tensors | None, what: str, out: dict[str, torc
         out[f"{prefix}/{key}"] = value.detach().cpu().clone()
 
 
-def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str) -> Path:
-    """Write ``ckpt`` atomically as ``checkpoints/<version>/`` and keep only the newest
-    :data:`KEEP`; returns its folder."""
+def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str, run_id: str = "") -> Path:
+    """Write ``ckpt`` atomically and durably as ``checkpoints/<version>/`` and keep only the
+    newest :data:`KEEP` checkpoints of the run ``run_id``; returns its folder."""
     tensors: dict[str, torch.Tensor] = {}
     _tensors("server", ckpt.server.tensors, "server state", tensors)
     for c, state in ckpt.clients.items():
@@ -87,7 +101,7 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str)
         "payloads": len(ckpt.payloads),
         "tasks": [[t.index, t.client, t.payload, t.state is not None] for t in ckpt.tasks],
         "rows": ckpt.rows, "applies": ckpt.applies, "evaluations": ckpt.evaluations,
-        "applied": ckpt.applied, "wall_time": ckpt.wall_time,
+        "applied": ckpt.applied, "wall_time": ckpt.wall_time, "run_id": run_id,
     }
     if ckpt.losses is not None:  # a selector reads reported losses (fedclock.scheduling.selection)
         meta["losses"] = ckpt.losses
@@ -100,14 +114,73 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str)
     tmp.mkdir()
     torch.save(tensors, tmp / "tensors.pt")
     (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    write_hashes(tmp)
+    for path in sorted(tmp.iterdir()):
+        fsync(path)
+    fsync(tmp)
     if final.exists():  # the same version written again (a run resumed from an older checkpoint)
         stale = root / f".old-{ckpt.version}"
+        if stale.exists():
+            shutil.rmtree(stale)
         os.replace(final, stale)
         shutil.rmtree(stale)
     os.replace(tmp, final)
-    for old in _versions(root)[:-KEEP]:
+    fsync(root)
+    for old in [v for v in _versions(root) if _run_of(root / str(v)) == run_id][:-KEEP]:
         shutil.rmtree(root / str(old), ignore_errors=True)
     return final
+
+
+def fsync(path: Path) -> None:
+    """Flush a file's (or a folder's entries') data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file below ``folder`` but :data:`HASHES_FILE`, by relative path."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if name != HASHES_FILE:
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            out[name] = digest.hexdigest()
+    return out
+
+
+def write_hashes(folder: Path) -> None:
+    """Write :data:`HASHES_FILE`: the hash of every other file in the checkpoint folder."""
+    (folder / HASHES_FILE).write_text(json.dumps({"sha256": _file_hashes(folder)}, indent=1), encoding="utf-8")
+
+
+def check_hashes(folder: Path) -> None:
+    """Refuse a checkpoint folder whose files differ from :data:`HASHES_FILE` (one line)."""
+    try:
+        stored = json.loads((folder / HASHES_FILE).read_text(encoding="utf-8"))["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{folder}: no readable {HASHES_FILE} ({type(exc).__name__}); the checkpoint "
+                              f"cannot be verified") from None
+    found = _file_hashes(folder)
+    if not isinstance(stored, dict) or found != stored:
+        stored = stored if isinstance(stored, dict) else {}
+        bad = sorted(n for n in set(found) | set(stored) if found.get(n) != stored.get(n))
+        raise CheckpointError(f"{folder}: {', '.join(bad)} differ{'s' if len(bad) == 1 else ''} from "
+                              f"{HASHES_FILE} (damaged, added or missing); refused")
+
+
+def _run_of(folder: Path) -> str | None:
+    """The run id a checkpoint names ("" for none; None when its meta.json is unreadable)."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        return str(meta.get("run_id", "")) if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 def _versions(root: Path) -> list[int]:
@@ -136,8 +209,9 @@ def _group(tensors: dict[str, torch.Tensor], prefix: str) -> Tensors:
 
 
 def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Checkpoint:
-    """Read one checkpoint folder; with ``scenario_fingerprint``, refuse one written for
-    another scenario."""
+    """Read one checkpoint folder (its files checked against :data:`HASHES_FILE`); with
+    ``scenario_fingerprint``, refuse one written for another scenario."""
+    check_hashes(folder)
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -171,11 +245,38 @@ def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Ch
 def latest_checkpoint(run_dir: Path, scenario_fingerprint: str) -> Checkpoint | None:
     """The newest readable checkpoint of a run directory (None when there is none). A
     checkpoint written for another scenario is an error, not skipped."""
+    return usable_checkpoint(run_dir, scenario_fingerprint)[0]
+
+
+def usable_checkpoint(run_dir: Path, scenario_fingerprint: str,
+                      rows_on_disk: dict[str, int] | None = None) -> tuple[Checkpoint | None, list[str]]:
+    """The newest checkpoint that reads, matches its hashes and (with ``rows_on_disk``, each
+    results table's row count) counts no row the tables lack; and one line per newer
+    checkpoint skipped, saying why. A checkpoint of another scenario is an error."""
     root = checkpoint_dir(run_dir)
+    skipped: list[str] = []
     for version in reversed(_versions(root)):
         try:
-            return read_checkpoint(root / str(version), scenario_fingerprint)
+            ckpt = read_checkpoint(root / str(version), scenario_fingerprint)
         except CheckpointError as exc:
             if "different scenario" in str(exc):
                 raise
-    return None
+            skipped.append(f"checkpoint {version} skipped: {exc}")
+            continue
+        short = {n: (rows_on_disk[n], c) for n, c in ckpt.rows.items()
+                 if rows_on_disk is not None and n in rows_on_disk and rows_on_disk[n] < c}
+        if short:
+            name, (have, counted) = sorted(short.items())[0]
+            skipped.append(f"checkpoint {version} skipped: it counts {counted} rows of {name}, the table on disk "
+                           f"holds {have}")
+            continue
+        return ckpt, skipped
+    return None, skipped
+
+
+def discard_after(run_dir: Path, version: int) -> None:
+    """Delete the checkpoints newer than ``version`` (a run resumed from ``version`` writes its
+    own again; those left would count rows the resumed run rewrites)."""
+    root = checkpoint_dir(run_dir)
+    for newer in [v for v in _versions(root) if v > version]:
+        shutil.rmtree(root / str(newer), ignore_errors=True)

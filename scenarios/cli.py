@@ -1,7 +1,7 @@
 """The ``fedclock`` command.
 
-    fedclock run FILE [--out DIR] [--set key=value ...] [--seed S ...] [--jobs N] [--backend ray|inline]
-                      [--address ADDR]
+    fedclock run FILE [--out DIR] [--overwrite] [--set key=value ...] [--seed S ...] [--jobs N]
+                      [--backend ray|inline] [--address ADDR]
     fedclock run --resume DIR [--backend ray|inline] [--address ADDR]
     fedclock validate FILE [--set key=value ...]
     fedclock list algorithms|models|datasets|scenarios
@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Set as AbstractSet
@@ -37,10 +39,11 @@ from fedclock.scenarios.api import execute, resolve_path, run_out_dir, scenario_
 from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.claims import ClaimError
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
-from fedclock.scenarios.experiment import RunSummary
-from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
+from fedclock.scenarios.experiment import Interrupted, OutputError, RunSummary
+from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, not_imported, one_line, read_yaml
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find
 from fedclock.scenarios.rundirs import ResultsError
+from fedclock.scenarios.runstatus import FolderInUse
 from fedclock.scenarios.schema import Scenario
 
 EXIT_USAGE = 2
@@ -59,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
                      help="go on with the run in DIR from its last checkpoint (written with output.checkpoint_every)")
     run.add_argument("--out", type=Path, default=None, help="output directory (default: output.dir or results/NAME)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results of an earlier run in the output folder (without it, a run refuses "
+                     "a folder that is not empty)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set algorithm.lr=0.1 (repeatable)")
     run.add_argument("--backend", choices=["ray", "inline"], default=None,
@@ -71,8 +77,15 @@ def _parser() -> argparse.ArgumentParser:
                      "different seeds side by side into the same --out)")
     run.add_argument("--jobs", type=int, default=1, metavar="N",
                      help="run the file's seeds side by side, up to N processes at once (one per seed)")
-    val = sub.add_parser("validate", help="check a scenario file without running it")
+    val = sub.add_parser("validate", help="check a scenario file without running it (a module:attribute name "
+                         "imports that module, running its code; --no-import checks without)",
+                         description="Check a scenario file without running it. A name of the form module:attribute "
+                         "(your own algorithm, model or dataset) or of an installed plugin imports that module, "
+                         "which runs its code, as a run would; give --no-import to check a file you do not trust.")
     val.add_argument("file")
+    val.add_argument("--no-import", action="store_true",
+                     help="import nothing: a plugin algorithm's own fields and the modes it runs in stay unchecked "
+                     "(listed in the output)")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     lst = sub.add_parser("list", help="list algorithms, models, datasets (shipped and installed plugins) or shipped "
                          "scenarios")
@@ -135,6 +148,7 @@ def _convert_trace(source: Path, target: Path, clients: int | None, until_s: flo
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = _parser()
+    previous = None
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed a one-line usage error
@@ -143,10 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             return _list(args.what)
         if args.command == "validate":
-            suite = load_suite(resolve_path(args.file), args.overrides)
+            suite = load_suite(resolve_path(args.file), args.overrides, imports=not args.no_import)
             names = ", ".join(dict.fromkeys(s.name for s in suite.runs))
             if suite.seeds is not None:
                 names += f"; each with seeds {', '.join(str(s) for s in suite.seeds)}"
+            unchecked = list(dict.fromkeys(n for s in suite.runs for n in not_imported(s))) if args.no_import else []
+            if unchecked:
+                names += f"; not imported, so unchecked: {', '.join(unchecked)}"
             print(f"{suite.source}: ok ({len(suite.runs)} run{'s' if len(suite.runs) != 1 else ''}: {names})")
             return 0
         if args.command == "plot":
@@ -157,15 +174,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _convert_trace(args.source, args.target, args.clients, args.until_s)
         if args.command == "reproduce":
             return _reproduce(args)
+        previous = _stop_on_sigterm()
         overrides = list(args.overrides)
         if args.backend is not None:
             overrides.append(f"runtime.backend={args.backend}")
         if args.address is not None:
             overrides.append(f"runtime.address={json.dumps(args.address)}")  # quoted: always a string
         if args.resume is not None:
-            if args.file is not None or args.overrides or args.out is not None or args.seeds or args.jobs != 1:
-                raise UsageError("--resume DIR: give no FILE, --set, --seed, --jobs or --out (the run's scenario and "
-                                 "directory are DIR's)")
+            if args.file is not None or args.overrides or args.out is not None or args.seeds or args.jobs != 1 \
+                    or args.overwrite:
+                raise UsageError("--resume DIR: give no FILE, --set, --seed, --jobs, --out or --overwrite (the run's "
+                                 "scenario and directory are DIR's)")
             return _run(_resume_suite(args.resume, overrides), args.resume, quiet=args.quiet, resume=True)
         if args.file is None:
             raise UsageError("run: give a scenario FILE, or --resume DIR")
@@ -173,15 +192,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite = _only_seeds(load_suite(path, overrides), args.seeds)
         if args.jobs != 1:
             return _run_in_processes(suite, path, args)
-        return _run(suite, args.out, quiet=args.quiet)
+        return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
-            ClaimError) as exc:
+            ClaimError, FolderInUse) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
         print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
-    except ActorLost as exc:  # not the user's mistake, but still one line
+    except (ActorLost, OutputError) as exc:  # not the user's mistake, but still one line
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
@@ -191,6 +210,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedclock: interrupted; results written so far are complete Parquet files", file=sys.stderr)
         return 130
+    except Interrupted as exc:
+        print(f"fedclock: {exc}; results written so far are complete Parquet files (with output.checkpoint_every, "
+              f"fedclock run --resume DIR goes on)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM (``kill``, a batch system's time limit) ends a run as Ctrl-C does: the run
+    folder records ``interrupted`` and the user reads one line, not a silent death."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(f"interrupted ({signal.Signals(signum).name})")
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)  # the handler before, put back when the command ends
 
 
 def _resume_suite(directory: Path, overrides: list[str]) -> Suite:
@@ -201,7 +238,7 @@ def _resume_suite(directory: Path, overrides: list[str]) -> Suite:
     return load_suite(path, overrides)
 
 
-def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False) -> int:
+def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False, overwrite: bool = False) -> int:
     from fedclock.scenarios.progress import RunProgress, make_console, summary_table
 
     console = make_console()
@@ -221,7 +258,8 @@ def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False) -> i
                               f"({summary.stop_reason})")
 
         # Ray and the first run's actors start in the background while that run loads its data
-        summaries = execute(suite, out, resume=resume, on_start=start, on_finish=finish)
+        summaries = execute(suite, out, resume=resume, on_start=start, on_finish=finish, overwrite=overwrite,
+                            on_note=lambda line: print(f"fedclock: note: {one_line(line)}", file=sys.stderr))
     console.print(summary_table(f"{suite.name}: results", summaries))
     root = _summary_root(suite, out)
     if root is not None:
@@ -267,6 +305,7 @@ def _run_in_processes(suite: Suite, path: Path, args: argparse.Namespace) -> int
     seeds = list(dict.fromkeys(s.seed for s in suite.runs))
     passed = [x for o in args.overrides for x in ("--set", o)]
     passed += ["--out", str(args.out)] if args.out is not None else []
+    passed += ["--overwrite"] if args.overwrite else []
     passed += ["--backend", args.backend] if args.backend is not None else []
     passed += ["--address", args.address] if args.address is not None else []
     console = make_console()
@@ -309,6 +348,10 @@ def _plot(directory: Path, out: Path | None, max_clients: int) -> int:
     if max_clients < 1:
         raise UsageError(f"--max-clients: must be at least 1 (got {max_clients})")
     runs = find_runs([directory])
+    for run in runs:
+        if run.status not in ("finished", "unknown"):
+            print(f"fedclock: note: {run.name}: {one_line(run.status)} (its figures show the results it wrote)",
+                  file=sys.stderr)
     written = plot_runs(runs, out if out is not None else directory / "plots", max_clients=max_clients)
     print(f"{len(written)} figure(s) of {len(runs)} run(s) in {written[0].parent}/")
     return 0

@@ -24,6 +24,11 @@ its sample standard deviation in ``<column>_std`` and the number of seeds in ``s
 time or version to ``T`` is averaged over the seeds that reached ``T``, counted in
 ``reached_T``.
 
+Every row also says how its run ended (``status``: ``finished``, or ``running``,
+``interrupted``, ``failed`` with the reason, from the run's ``run.json``; ``unknown`` for a run
+written before fedclock recorded it); the printed table shows the column when a run did not
+finish, since such a row holds partial numbers.
+
 The table is printed and written as ``compare.parquet`` and ``compare.csv``.
 """
 from __future__ import annotations
@@ -43,7 +48,7 @@ APPLIED = "applied"
 DROPPED = "dropped"
 METRICS = {"global": "global_accuracy", "personal": "personal_accuracy_mean"}
 """``--metric`` choices and the metrics.parquet column each reads."""
-LABELS = ("run", "algorithm", "mode")
+LABELS = ("run", "algorithm", "mode", "status")
 
 
 def common_target(runs: Sequence[RunResults], metric: str = "global") -> float | None:
@@ -101,7 +106,7 @@ def compare_runs(runs: Sequence[RunResults], targets: Sequence[float] | None = N
         last = m.iloc[-1] if len(m) else None
         row: dict[str, object] = {
             "run": run.group or run.name, "seed": run.seed, "dir": run.name, "algorithm": run.algorithm,
-            "mode": run.mode,
+            "mode": run.mode, "status": run.status,
             "global_accuracy": _get(last, "global_accuracy"),
             "best_global_accuracy": _best(m),
             "personal_accuracy_mean": _get(last, "personal_accuracy_mean"),
@@ -130,7 +135,8 @@ def across_seeds(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for name, g in frame.groupby("run", sort=False):
         row: dict[str, object] = {"run": name, "seeds": len(g), "algorithm": "/".join(dict.fromkeys(g["algorithm"])),
-                                  "mode": "/".join(dict.fromkeys(g["mode"]))}
+                                  "mode": "/".join(dict.fromkeys(g["mode"])),
+                                  "status": "/".join(dict.fromkeys(g["status"]))}
         for col in numeric:
             values = pd.to_numeric(g[col], errors="coerce").astype(float)
             row[col] = float(values.mean()) if values.notna().any() else float("nan")
@@ -211,7 +217,9 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
     cols: list[tuple[str, str, Callable[[object], str]]] = [
         ("run", "run", text)] + ([("seeds", "seeds", _int)] if seeded else []) + (
         [("seed", "seed", _int)] if per_seed else []) + [
-        ("algorithm", "algorithm", str), ("mode", "mode", str),
+        ("algorithm", "algorithm", str), ("mode", "mode", str)] + (
+        [("status", "status", str)] if "status" in frame.columns
+        and bool((~frame["status"].isin(["finished", "unknown"])).any()) else []) + [
         ("global %", "global_accuracy", _pct), ("best %", "best_global_accuracy", _pct),
         ("pers. %", "personal_accuracy_mean", _pct), ("pers. p10 %", "personal_accuracy_p10", _pct),
     ]
@@ -225,7 +233,8 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
              ("staleness", "mean_staleness", _num(2))]
     cols = [c for c in cols if c[1] in frame.columns]
     for header, _, _ in cols:
-        table.add_column(header, justify="left" if header in ("run", "algorithm", "mode") else "right", no_wrap=True)
+        table.add_column(header, justify="left" if header in ("run", "algorithm", "mode", "status") else "right",
+                        no_wrap=header != "status")
     for _, row in frame.iterrows():
         table.add_row(*(_cell(row, key, fmt, seeded) for _, key, fmt in cols))
     return table

@@ -1,6 +1,8 @@
 """One run, end to end: scenario → federation, population, algorithm → clock on the runtime."""
 from __future__ import annotations
 
+import errno
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,12 +21,13 @@ from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
-from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, fingerprint,
-                                            latest_checkpoint, write_checkpoint)
+from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, discard_after, fingerprint,
+                                            usable_checkpoint, write_checkpoint)
 from fedclock.scenarios.participation import Participation
-from fedclock.scenarios.results import ResultsWriter, resolved_dict
+from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_disk
+from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
-from fedclock.scenarios.schema import AsyncMode, Scenario
+from fedclock.scenarios.schema import AsyncMode, Scenario, SyncMode
 from fedclock.scheduling.availability import population_availability
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.population import client_classes
@@ -103,13 +106,83 @@ MAX_SERVER_RESTARTS = 3
 
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                  on_progress: Callable[[float, int, int, float | None], None] | None = None,
-                 federation: Federation | None = None, resume: bool = False) -> RunSummary:
+                 federation: Federation | None = None, resume: bool = False,
+                 on_note: Callable[[str], None] | None = None, overwrite: bool = False) -> RunSummary:
     """Run one scenario on ``runtime`` and write its results under ``out_dir``.
 
     With ``output.checkpoint_every`` the run writes checkpoints (:mod:`fedclock.scenarios.checkpoints`)
     and, if the server actor dies, goes on from the last one on a fresh server actor. With
     ``resume`` it goes on from the newest checkpoint in ``out_dir`` (:mod:`fedclock.actors.replay`);
-    the results equal an uninterrupted run's, except for wall times."""
+    the results equal an uninterrupted run's, except for wall times. A checkpoint that is
+    damaged or counts rows the tables lack is skipped for an older one, and ``on_note`` is
+    told (one line each).
+
+    The run takes ``out_dir`` first (:func:`fedclock.scenarios.runstatus.claim`: a fresh run
+    refuses a folder holding anything unless ``overwrite``) and records there how it ended."""
+    if scenario.runtime.device == "cuda" and runtime.backend == "inline" and not torch.cuda.is_available():
+        from fedclock.scenarios.loader import ScenarioError
+
+        raise ScenarioError(f"{scenario.name}: runtime.device: cuda, but PyTorch finds no GPU on this machine "
+                            f"(allowed here: cpu)")
+    try:
+        status = claim(out_dir, resume=resume, overwrite=overwrite)
+    except OSError as exc:
+        raise _output_error(exc, out_dir, resume) from None
+    try:
+        summary = _run_scenario(scenario, runtime, out_dir, on_progress, federation, resume, on_note, status.run_id)
+    except OSError as exc:
+        error = _output_error(exc, out_dir, any(p.name.isdigit() for p in checkpoint_dir(out_dir).glob("*")))
+        finish(out_dir, status, FAILED, str(error) if error is not exc else f"{type(exc).__name__}: {exc}")
+        raise error from None
+    except KeyboardInterrupt:
+        finish(out_dir, status, INTERRUPTED, "interrupted (Ctrl-C)")
+        raise
+    except Interrupted as exc:
+        finish(out_dir, status, INTERRUPTED, str(exc))
+        raise
+    except BaseException as exc:
+        finish(out_dir, status, FAILED, f"{type(exc).__name__}: {exc}")
+        raise
+    finish(out_dir, status, FINISHED, summary.stop_reason)
+    return summary
+
+
+class OutputError(Exception):
+    """The results folder cannot be written (disk full, read-only, no permission); one line
+    naming the file and the way back."""
+
+
+_OUTPUT_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                  errno.EPERM: "operation not permitted"}
+
+
+def _output_error(exc: OSError, out_dir: Path, resumable: bool) -> OSError | OutputError:
+    """An :class:`OutputError` for an ``OSError`` that says the folder cannot be written
+    (``exc`` itself for any other). Arrow's errors carry no errno: their text is matched."""
+    code = exc.errno if exc.errno in _OUTPUT_ERRNOS else next(
+        (c for c in _OUTPUT_ERRNOS if os.strerror(c) in str(exc)), None)
+    if code is None:
+        return exc
+    cause: BaseException | None = exc  # SimPy raises a copy of a process's exception, the original as its cause
+    while cause is not None and not getattr(cause, "filename", None):
+        cause = cause.__cause__
+    where = getattr(cause, "filename", None) or f"in {out_dir} ({' '.join(str(exc).split())[:200]})"
+    back = (f"free space (or make it writable) and go on with fedclock run --resume {out_dir}" if resumable else
+            "free space (or make it writable) and run again with --overwrite (no checkpoint to resume from yet: "
+            "output.checkpoint_every: N writes them)")
+    return OutputError(f"cannot write {where}: {_OUTPUT_ERRNOS[code]}; the files already written are intact; {back}")
+
+
+class Interrupted(BaseException):
+    """The process was told to stop (SIGTERM); the message names the signal."""
+
+
+def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
+                  on_progress: Callable[[float, int, int, float | None], None] | None,
+                  federation: Federation | None, resume: bool, on_note: Callable[[str], None] | None,
+                  run_id: str) -> RunSummary:
+    """:func:`run_scenario` in a folder already taken by the run ``run_id``."""
     started = time.perf_counter()
     seed = scenario.seed
     if federation is None:
@@ -118,21 +191,21 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     mark = fingerprint(resolved_dict(scenario))
     checkpoint = None
     if resume:
-        checkpoint = latest_checkpoint(out_dir, mark)
+        checkpoint = _usable_checkpoint(out_dir, mark, on_note)
         if checkpoint is None:
             raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes "
                                   f"them with output.checkpoint_every: N)")
     for attempt in range(MAX_SERVER_RESTARTS + 1):
         try:  # the clock, then what still reads the server's state after it
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
-                                                                 algorithm, checkpoint, mark)
+                                                                 algorithm, checkpoint, mark, run_id)
             run_analysis(scenario, algorithm, federation, session, out_dir, writer.last_round)
             finals = session.final_states() if supports_linear_eval(algorithm) or has_diagnostics(algorithm) else None
             break
         except ServerLost:
             if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
                 raise
-            checkpoint = latest_checkpoint(out_dir, mark)  # None: start over
+            checkpoint = _usable_checkpoint(out_dir, mark, on_note)  # None: start over
     writer.write_clients(_client_table(scenario, federation, devices, writer))
     linear = (float("nan"), float("nan"))
     if finals is not None and has_diagnostics(algorithm):
@@ -162,10 +235,30 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         privacy_delta=last.get("dp_delta", float("nan")))
 
 
+def _usable_checkpoint(out_dir: Path, mark: str, on_note: Callable[[str], None] | None) -> Checkpoint | None:
+    """The newest checkpoint of ``out_dir`` that is intact and consistent with the tables on
+    disk; each one skipped is reported to ``on_note``, with the one taken instead."""
+    checkpoint, skipped = usable_checkpoint(out_dir, mark, rows_on_disk(out_dir))
+    if skipped and checkpoint is None:
+        raise CheckpointError(f"--resume {out_dir}: no usable checkpoint ({skipped[-1]})")
+    for line in skipped:
+        if on_note is not None:
+            on_note(line)
+    if skipped and checkpoint is not None and on_note is not None:
+        on_note(f"resuming {out_dir} from checkpoint {checkpoint.version}, the newest usable one")
+    return checkpoint
+
+
+def _save_checkpoint(writer: ResultsWriter, out_dir: Path, ckpt: Checkpoint, mark: str, run_id: str) -> None:
+    """Make the rows ``ckpt`` counts durable, then write it (see :mod:`fedclock.scenarios.checkpoints`)."""
+    writer.make_durable()
+    write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time), mark, run_id)
+
+
 def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                on_progress: Callable[[float, int, int, float | None], None] | None, federation: Federation,
                algorithm: Algorithm, checkpoint: Checkpoint | None,
-               mark: str) -> tuple[Session, Clock, ResultsWriter, Devices, str]:
+               mark: str, run_id: str = "") -> tuple[Session, Clock, ResultsWriter, Devices, str]:
     """Build the run's session, recorder and clock (replaying up to ``checkpoint`` if given)
     and run the clock to its end."""
     seed = scenario.seed
@@ -194,10 +287,10 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
             except ValueError as exc:
                 raise CheckpointError(f"cannot resume in {out_dir}: {exc}") from None
             writer.started = time.perf_counter() - ckpt.wall_time  # wall_time goes on from the checkpoint's
+            discard_after(out_dir, ckpt.version)
 
         replay = CheckpointingBackend(session, every=scenario.output.checkpoint_every,
-                                      save=lambda ckpt: write_checkpoint(
-                                          out_dir, replace(ckpt, wall_time=writer.wall_time), mark),
+                                      save=lambda ckpt: _save_checkpoint(writer, out_dir, ckpt, mark, run_id),
                                       rows=writer.row_counts,
                                       resume=checkpoint, on_switch=switched,
                                       log_losses=selector is not None and selector.reads_loss)
@@ -232,6 +325,14 @@ def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices
         wl.check_timeout(federation.num_clients, lambda c: local_steps(int(sizes[c])), duration)
     except TimeoutTooShort as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
+    mode = scenario.mode
+    if isinstance(mode, SyncMode) and mode.deadline_s is not None and mode.late_results == "drop":
+        fastest = min(duration(c, wl.fewest_steps(c, local_steps(int(sizes[c]))))
+                      for c in range(federation.num_clients))
+        if fastest > mode.deadline_s:
+            raise ScenarioError(f"{scenario.name}: mode.deadline_s: {mode.deadline_s:g} s is shorter than the fastest "
+                                f"possible task ({fastest:.4g} s), so every round would drop every result; raise it "
+                                f"(or set mode.late_results: include)")
     return wl
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
 from fedclock.algorithms.compressed import links_problem
-from fedclock.algorithms.registry import algorithm_names, get_algorithm
+from fedclock.algorithms.registry import ALGORITHMS, algorithm_names, get_algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
@@ -41,6 +41,7 @@ from fedclock.scenarios.schema import AlgorithmConfig, Scenario
 
 DISCRIMINATORS = ("type", "name", "dist")
 _RELATIVE_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9_.\-]*[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
 
 
 class ScenarioError(Exception):
@@ -105,16 +106,22 @@ Override = Union[str, tuple[str, Any]]
 """``"key=value"`` as given to ``--set``, or a ``(key, value)`` pair (Python API)."""
 
 
-def load_suite(path: str | Path, overrides: Sequence[Override] = ()) -> Suite:
-    """Load and validate every run of a scenario file."""
+def load_suite(path: str | Path, overrides: Sequence[Override] = (), imports: bool = True) -> Suite:
+    """Load and validate every run of a scenario file (see :func:`parse_suite` for ``imports``)."""
     path = Path(path)
-    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem, base_dir=path.parent)
+    return parse_suite(read_yaml(path), str(path), overrides, default_name=path.stem, base_dir=path.parent,
+                       imports=imports)
 
 
 def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), default_name: str = "scenario",
-                base_dir: Path | None = None) -> Suite:
+                base_dir: Path | None = None, imports: bool = True) -> Suite:
     """Validate already-parsed YAML. Relative trace paths are read from ``base_dir`` (the
-    scenario file's folder), else from the working directory."""
+    scenario file's folder), else from the working directory. A ``module:attribute`` name
+    (a user's algorithm, model or dataset) or an installed plugin's name imports that
+    module, which runs its code; with ``imports=False`` nothing is imported and what such
+    a name's code would check (the algorithm's own fields, the modes it runs in) is left
+    unchecked (:func:`not_imported` lists those names)."""
+    check_expansion(raw, source)
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {'list' if isinstance(raw, list) else type(raw).__name__}"
         raise ScenarioError(f"{source}: the file must be a mapping of sections such as name:, algorithm:, stop: "
@@ -124,6 +131,9 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
     overrides, seeds = _seeds(base, runs_raw, overrides, source)
     base.setdefault("name", default_name)
     suite_name = str(base["name"])
+    if runs_raw is not None and not _FOLDER_NAME.match(suite_name):
+        raise ScenarioError(f"{source}: name: {_short(base['name'])} names the suite's results folder: letters, "
+                            f"digits, _ . - and not only dots")
     description = str(base.get("description", ""))
     parsed = [(_parse_override(o, source), o if isinstance(o, str) else f"{o[0]}={o[1]!r}") for o in overrides]
     if runs_raw is None:
@@ -161,14 +171,60 @@ def parse_suite(raw: Any, source: str, overrides: Sequence[Override] = (), defau
             _set_path(data, keys, value, source, text)
         where = f"{source}: run {run_name!r}" if run_name is not None else source
         if seeds is None:
-            scenarios.append(validate_scenario(data, where, base_dir))
+            scenarios.append(validate_scenario(data, where, base_dir, imports))
             continue
         if data.get("seed", 0) != 0:
             raise ScenarioError(f"{where}: seed: {_short(data['seed'])} cannot be combined with seeds:/repeats: "
                                 f"(list every seed in seeds:, e.g. seeds: [{_short(data['seed'])}])")
         for s in seeds:
-            scenarios.append(validate_scenario({**data, "seed": s}, f"{where} seed {s}", base_dir))
+            scenarios.append(validate_scenario({**data, "seed": s}, f"{where} seed {s}", base_dir, imports))
     return Suite(name=suite_name, description=description, runs=tuple(scenarios), source=source, seeds=seeds)
+
+
+MAX_DEPTH = 100
+"""How deep lists and mappings may nest in a scenario file (deeper ones are refused before
+any recursive walk reaches Python's recursion limit)."""
+MAX_ALIAS_VALUES = 100_000
+"""How many values YAML aliases may add to a file beyond the values written in it."""
+
+
+def check_expansion(raw: Any, source: str) -> None:
+    """Refuse parsed YAML whose aliases expand it by more than :data:`MAX_ALIAS_VALUES` values
+    (nested aliases, "billion laughs": 400 bytes that stand for 9**9 values, which any walk
+    over the data would take hours to visit) or that contains itself (``a: &a [*a]``). An
+    alias is a shared Python object, so this counts each distinct list or mapping once
+    (memoized by identity): linear in the file. Nesting deeper than :data:`MAX_DEPTH` is
+    refused too."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    distinct = 0
+
+    def size(node: Any, depth: int) -> int:
+        nonlocal distinct
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise ScenarioError(f"{source}: a YAML alias refers to itself (a section that contains itself); "
+                                f"write the values out")
+        if depth > MAX_DEPTH:
+            raise ScenarioError(f"{source}: sections nested more than {MAX_DEPTH} levels deep; a scenario needs "
+                                f"a few")
+        on_path.add(key)
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        total = 1 + sum(size(child, depth + 1) for child in children)
+        on_path.discard(key)
+        distinct += 1 + len(children)
+        sizes[key] = total
+        return total
+
+    total = size(raw, 0)
+    if total - distinct > MAX_ALIAS_VALUES:
+        raise ScenarioError(f"{source}: YAML aliases (*name) expand this file to {total:,} values, more than "
+                            f"{MAX_ALIAS_VALUES:,} beyond the values written in it (nested aliases?); "
+                            f"write the values out or use fewer aliases")
 
 
 MAX_REPEATS = 10_000
@@ -276,8 +332,17 @@ def _set_path(data: dict, keys: list[str], value: Any, source: str, text: str) -
 
 
 # --------------------------------------------------------------------------- validation
-def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> Scenario:
-    """Validate one run's merged data (relative trace paths are read from ``base_dir``)."""
+def not_imported(scenario: Scenario) -> list[str]:
+    """The ``field name`` of each name in ``scenario`` that only importing could check (a
+    user's or an installed plugin's algorithm, model or dataset)."""
+    named = (("algorithm.name", scenario.algorithm.name, ALGORITHMS), ("model.name", scenario.model.name, MODEL_NAMES),
+             ("dataset.name", scenario.dataset.name, DATASET_NAMES))
+    return [f"{field} {name}" for field, name, builtin in named if name not in builtin]
+
+
+def validate_scenario(data: dict, where: str, base_dir: Path | None = None, imports: bool = True) -> Scenario:
+    """Validate one run's merged data (relative trace paths are read from ``base_dir``; for
+    ``imports`` see :func:`parse_suite`)."""
     _check_keys(data, where)
     data = dict(data)
     algo = data.get("algorithm")
@@ -287,6 +352,8 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         raise ScenarioError(f"{where}: algorithm: must be a mapping with a name (got {algo!r})")
     algo = dict(algo)
     name = algo.pop("name", None)
+    if not imports:
+        return _validate_without_imports(data, name, where, base_dir)
     try:
         if name is not None and not isinstance(name, str):
             plugin = from_object("algorithm", name)
@@ -302,6 +369,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         params = cls.Params.model_validate(algo)
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
+    _no_bool_numbers(params, algo, where, ("algorithm",))
     objective = getattr(params, "objective", None)  # only ObjectiveParams have the field
     if objective is not None and objective not in cls.objectives:
         raise ScenarioError(f"{where}: algorithm.objective: algorithm {name!r} does not train with {objective!r} "
@@ -316,6 +384,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    _no_bool_numbers(scenario, {k: v for k, v in data.items() if k != "algorithm"}, where)
     problem = selection_problem(scenario.selection, scenario.mode)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
@@ -343,6 +412,73 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         if problem:
             raise ScenarioError(f"{where}: runtime.vectorize: {problem}; 1 turns it off")
     return scenario
+
+
+class UncheckedParams(BaseModel):
+    """A plugin algorithm's fields as given, unchecked (``validate --no-import``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+def _validate_without_imports(data: dict, name: Any, where: str, base_dir: Path | None) -> Scenario:
+    """:func:`validate_scenario` importing nothing: shipped algorithms are checked in full;
+    a plugin algorithm's own fields are kept as given, unchecked; plugin models and datasets
+    are left as names."""
+    if not isinstance(name, str):
+        raise ScenarioError(f"{where}: algorithm.name: missing or not a string (got {name!r})")
+    if name in ALGORITHMS:
+        return validate_scenario({**data, "algorithm": {**data["algorithm"]}}, where, base_dir, imports=True) \
+            if all(_shipped(data, k, b) for k, b in (("model", MODEL_NAMES), ("dataset", DATASET_NAMES))) \
+            else _validate_rest(data, name, where, base_dir)
+    return _validate_rest(data, name, where, base_dir)
+
+
+def _shipped(data: dict, kind: str, builtin: Any) -> bool:
+    section = data.get(kind)
+    return not isinstance(section, dict) or section.get("name", next(iter(builtin))) in builtin
+
+
+def _validate_rest(data: dict, name: str, where: str, base_dir: Path | None) -> Scenario:
+    """The scenario's sections but the algorithm's own fields (which need its class)."""
+    params: BaseModel
+    if name in ALGORITHMS:
+        cls = ALGORITHMS[name]
+        algo = {k: v for k, v in data["algorithm"].items() if k != "name"}
+        try:
+            params = cls.Params.model_validate(algo)
+        except ValidationError as exc:
+            raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
+    else:
+        params = UncheckedParams.model_validate({k: v for k, v in data["algorithm"].items() if k != "name"})
+    try:
+        scenario = Scenario.model_validate({**data, "algorithm": AlgorithmConfig(name=name, params=params)},
+                                           context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    _no_bool_numbers(scenario, {k: v for k, v in data.items() if k != "algorithm"}, where)
+    return scenario
+
+
+def _no_bool_numbers(value: Any, raw: Any, where: str, path: tuple = ()) -> None:
+    """Refuse ``true``/``false`` given for a number: pydantic reads them as 1 and 0, so
+    ``num_clients: true`` would quietly run one client. Walks the validated model beside
+    the data it was validated from: a number that came from a bool is the mistake."""
+    if isinstance(raw, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ScenarioError(f"{where}: {_dotted(path)}: must be a number (got {str(raw).lower()})")
+        return
+    if isinstance(value, BaseModel) and isinstance(raw, dict):
+        for name, info in type(value).model_fields.items():
+            key = info.alias or name
+            if key in raw:
+                _no_bool_numbers(getattr(value, name), raw[key], where, path + (key,))
+    elif isinstance(value, (list, tuple)) and isinstance(raw, list) and len(value) == len(raw):
+        for i, (v, r) in enumerate(zip(value, raw)):
+            _no_bool_numbers(v, r, where, path + (i,))
+    elif isinstance(value, dict) and isinstance(raw, dict):
+        for key, v in value.items():
+            if key in raw:
+                _no_bool_numbers(v, raw[key], where, path + (key,))
 
 
 def _resolve_named(data: dict, base_dir: Path | None) -> dict:

@@ -163,10 +163,15 @@ def _from_reference(kind: str, name: str, base_dir: Path | None) -> Plugin:
     try:
         obj = functools.reduce(getattr, attribute.split("."), module)
     except AttributeError:
-        raise PluginError(f"{field}: module {module_name!r} ({module.__file__}) has no attribute {attribute!r}") \
+        raise PluginError(f"{field}: module {module_name!r} ({_origin(module)}) has no attribute {attribute!r}") \
             from None
     top = sys.modules[module_name.split(".")[0]]
-    return Plugin(kind, name, obj, f"module {module.__file__}", _ship_path(top))
+    return Plugin(kind, name, obj, f"module {_origin(module)}", _ship_path(top))
+
+
+def _origin(module: Any) -> str:
+    """Where a module comes from: its file, or ``built-in`` for one compiled into Python."""
+    return str(getattr(module, "__file__", None) or "built-in")
 
 
 def import_module(module_name: str, base_dir: Path | None, field: str) -> ModuleType:

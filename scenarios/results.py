@@ -114,6 +114,14 @@ class Table:
         _write_atomic(self._arrow(start), self.parts_dir / f"{start:012d}.parquet")
         self._journaled = len(self)
 
+    def sync(self) -> None:
+        """Flush the files holding this table's rows (main file, parts) to the disk (``fsync``)."""
+        paths = [self.path] if self.path.is_file() else []
+        if self.parts_dir.is_dir():
+            paths += sorted(self.parts_dir.glob("*.parquet")) + [self.parts_dir]
+        for path in paths:
+            _fsync(path)
+
     def replace(self, columns: dict[str, Any]) -> None:
         self.columns = {name: list(columns[name]) for name in self.schema.names}
         self._dirty = True
@@ -141,6 +149,32 @@ def _write_atomic(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rows_on_disk(out_dir: Path) -> dict[str, int]:
+    """How many rows each incrementally written table of a run directory holds on disk (as
+    :func:`read_rows` reads them; tables that are not there are left out)."""
+    counts = {}
+    for name in JOURNALED:
+        path = out_dir / f"{name}.parquet"
+        if path.is_file():
+            try:
+                counts[name] = read_rows(path).num_rows
+            except (pa.ArrowException, OSError, ValueError):
+                counts[name] = 0
+    return counts
+
+
+JOURNALED = ("events", "metrics", "timeline", "client_metrics")
+"""The tables written incrementally (their rows are counted by checkpoints)."""
 
 
 def parts_dir(path: Path) -> Path:
@@ -315,6 +349,17 @@ class ResultsWriter:
     def row_counts(self) -> dict[str, int]:
         """Rows of each incrementally written table so far (kept in a checkpoint)."""
         return {name: len(table) for name, table in self._journaled()}
+
+    def make_durable(self) -> None:
+        """Put every row appended so far on disk and flush it there (``fsync``): called before
+        a checkpoint that counts these rows is written."""
+        for _, table in self._journaled():
+            if table.path.is_file():
+                table.commit()
+            else:
+                table.flush()
+            table.sync()
+        _fsync(self.out_dir)
 
     def _journaled(self) -> list[tuple[str, Table]]:
         """The incrementally written tables, by name."""

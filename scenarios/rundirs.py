@@ -19,6 +19,7 @@ import pyarrow as pa
 import yaml
 
 from fedclock.scenarios.results import read_rows
+from fedclock.scenarios.runstatus import read_status
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,6 +56,9 @@ class RunResults:
     group: str = ""
     """The run this directory is one seed of (its name without the ``seed_S`` part); for a
     directory that is not a seed directory, its name."""
+    status: str = "finished"
+    """How the run ended, with the reason unless finished (``run.json``,
+    :mod:`fedclock.scenarios.runstatus`); ``unknown`` for a run written without it."""
 
     @property
     def seed(self) -> int | None:
@@ -116,8 +120,10 @@ def read_run(run_dir: Path, name: str | None = None) -> RunResults:
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise ResultsError(f"{run_dir / RESOLVED_FILE}: cannot read ({_one_line(err)})") from None
         resolved = loaded if isinstance(loaded, dict) else None
+    status = read_status(run_dir)
     return RunResults(name=name or run_dir.name, path=run_dir, metrics=metrics, events=events, clients=clients,
-                      resolved=resolved, client_metrics=per_client, group=name or run_dir.name)
+                      resolved=resolved, client_metrics=per_client, group=name or run_dir.name,
+                      status=status.label if status is not None else "unknown")
 
 
 def _read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:

@@ -324,7 +324,9 @@ def evaluation_problem(scenario: "Scenario") -> str | None:
 class Scenario(StrictModel):
     """One fully resolved run."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]*[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")]
+    """Also the name of the run's folder: letters, digits, ``_ . -``, and not only dots (``..``
+    would write the results a folder up)."""
     description: str = ""
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)

@@ -56,7 +56,8 @@ def read_table(path: Path) -> pd.DataFrame:
     import pandas as pd  # imported on use: only runs with trace files need it (0.2 s)
 
     if not path.is_file():
-        raise TraceError(f"trace file not found: {path}")
+        raise TraceError(f"trace file not found: {path}" if not path.exists() else
+                         f"{path}: not a regular file (a trace is a .csv or .parquet file)")
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":

@@ -477,3 +477,108 @@ def test_overrides_never_crash(overrides: list[str], base: str) -> None:
     outcome = validate_text(BLOCK[base], tuple(overrides))
     if outcome.code != 0:
         assert_one_line_error(outcome)
+
+
+# --------------------------------------------------------------------------- YAML aliases
+def _alias_bomb(depth: int, breadth: int, where: str) -> str:
+    """A "billion laughs" file: ``a{i}`` is a list of ``breadth`` aliases of ``a{i-1}``, so the
+    last one stands for ``breadth ** depth`` values in a file of a few hundred bytes."""
+    anchors = ["  a0: &a0 [lol, lol]"] + [
+        f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * breadth)}]" for i in range(1, depth + 1)]
+    last = f"*a{depth}"
+    body = BLOCK["sync"]
+    if where == "algorithm":
+        body = body.replace("algorithm:\n", f"algorithm:\n  extra: {last}\n", 1)
+    elif where == "runs":
+        body += f"runs:\n- name: bomb\n  timeline: {last}\n"
+    elif where == "description":
+        body = body.replace("description: a valid base scenario", f"description: {last}", 1)
+    return "anchors:\n" + "\n".join(anchors) + "\n" + body
+
+
+@settings(FUZZ, max_examples=min(FUZZ.max_examples, 20))
+@given(st.integers(6, 10), st.integers(6, 9), st.sampled_from(["top", "algorithm", "runs", "description"]))
+def test_an_alias_bomb_is_a_quick_one_line_error(depth: int, breadth: int, where: str) -> None:
+    """Nested aliases (9 ** 9 values in 400 bytes) are refused before anything walks them: a
+    one-line error in well under a second (without the bound, depth 8 took over 90 s)."""
+    import time
+
+    started = time.perf_counter()
+    outcome = validate_text(_alias_bomb(depth, breadth, where))
+    assert time.perf_counter() - started < 1.0
+    assert_one_line_error(outcome, str(outcome.path), "aliases")
+
+
+@pytest.mark.parametrize("text, names", [
+    ("a: &a [*a]\n", ["refers to itself"]),
+    ("a: &a {b: *a}\n", ["refers to itself"]),
+], ids=["list", "mapping"])
+def test_a_self_referring_alias_is_a_one_line_error(text: str, names: list[str]) -> None:
+    outcome = validate_text(text)
+    assert_one_line_error(outcome, *names)
+
+
+def test_deep_nesting_is_a_one_line_error() -> None:
+    """3,000 nested lists used to overflow Python's recursion limit (a traceback)."""
+    outcome = validate_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert_one_line_error(outcome, "nested more than 100 levels")
+
+
+def test_plain_aliases_still_work() -> None:
+    """Aliases that share a section (a normal use) load as if the section were written out."""
+    text = BLOCK["suite"].replace("population:\n", "population: &pop\n", 1) + "x-shared: *pop\n"
+    outcome = validate_text(text)
+    assert_one_line_error(outcome, "x-shared", "unknown field")  # reaches validation: the aliases were fine
+    shared = BLOCK["sync"].replace("devices:\n", "devices: &dev\n", 1)
+    assert validate_text(shared + "runs:\n- name: a\n- name: b\n  population: {devices: *dev}\n").code == 0
+
+
+# --------------------------------------------------------------------------- file-system faults
+_FS_RUN = ("name: fs\nseed: 5\ndataset: {name: digits}\nmodel: {name: mlp, hidden: [8]}\n"
+           "population: {num_clients: 4}\nalgorithm: {name: fedasync, lr: 0.1, local_epochs: 1, batch_size: 16}\n"
+           "mode: {type: async, concurrency: 2}\nstop: {versions: 8}\nevaluation: {every: 2, personalized: false}\n"
+           "runtime: {backend: inline}\noutput: {flush_every_s: 0.01, progress: false, checkpoint_every: 2}\n")
+
+
+@settings(FUZZ, max_examples=min(FUZZ.max_examples, 4))
+@given(st.integers(1, 25), st.sampled_from(["ENOSPC", "EROFS", "EACCES", "EDQUOT"]),
+       st.sampled_from(["pyarrow.parquet.write_table", "os.replace", "torch.save"]))
+def test_a_filesystem_fault_is_one_line_and_damages_nothing(nth: int, code: str, call: str) -> None:
+    """The ``nth`` call of one file-writing function fails as a full, read-only or forbidden
+    disk makes it fail: ``fedclock run`` prints one line naming what it could not write and
+    the way back, and every results file already on disk still reads."""
+    import errno
+    import importlib
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    owner_name, _, attr = call.rpartition(".")
+    owner = importlib.import_module(owner_name)
+    original, calls = getattr(owner, attr), [0]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == nth:
+            number = getattr(errno, code)
+            raise OSError(number, os.strerror(number), str(args[-1] if call == "torch.save" else args[0]))
+        return original(*args, **kwargs)
+
+    path, out = _DIR / "fs.yaml", _DIR / "fs-out"
+    path.write_text(_FS_RUN)
+    shutil.rmtree(out, ignore_errors=True)
+    err = io.StringIO()
+    setattr(owner, attr, failing)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            status = main(["run", str(path), "--out", str(out), "--quiet"])
+    finally:
+        setattr(owner, attr, original)
+    if calls[0] < nth:  # the run made fewer such calls: it finished
+        assert status == 0, err.getvalue()
+        return
+    text = err.getvalue()
+    assert status == 1 and text.startswith("fedclock: error: cannot write ") and text.count("\n") == 1, text
+    assert "Traceback" not in text and (f"--resume {out}" in text or "--overwrite" in text)
+    for table in out.glob("*.parquet"):
+        pq.read_table(table)

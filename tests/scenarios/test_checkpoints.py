@@ -16,7 +16,7 @@ import torch
 from fedclock.actors.runtime import Runtime, Session
 from fedclock.algorithms.base import ServerState
 from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, RunningTask, latest_checkpoint,
-                                            load_tensors, read_checkpoint, write_checkpoint)
+                                            load_tensors, read_checkpoint, write_checkpoint, write_hashes)
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
@@ -111,7 +111,7 @@ def _checkpoint(**tensors: Any) -> Checkpoint:
 
 def test_a_checkpoint_round_trips_through_tensors_and_json(tmp_path: Path) -> None:
     folder = write_checkpoint(tmp_path, _checkpoint(), "abc")
-    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "tensors.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["hashes.json", "meta.json", "tensors.pt"]
     assert set(torch.load(folder / "tensors.pt", weights_only=True)) == {
         "server/weights", "client/0/c", "payload/0/weights", "task/7/c"}
     json.loads((folder / "meta.json").read_text())  # plain JSON
@@ -138,6 +138,7 @@ def test_only_the_newest_two_checkpoints_are_kept(tmp_path: Path) -> None:
 def test_a_non_tensor_object_in_the_file_is_refused(tmp_path: Path) -> None:
     folder = write_checkpoint(tmp_path, _checkpoint(), "abc")
     torch.save({"server/weights": torch.zeros(1), "evil": Crash("pickled object")}, folder / "tensors.pt")
+    write_hashes(folder)  # hashes rewritten to match: the file itself is still refused
     with pytest.raises(CheckpointError, match=r"tensors.pt: not a readable checkpoint tensor file") as info:
         read_checkpoint(folder)
     assert "\n" not in str(info.value)
