@@ -278,9 +278,10 @@ class CKAAnalysis(StrictModel):
                                                  "samples)")
     clients: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
         default=None, description="clients to analyse (default: all)")
-    at_rounds: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] | None = Field(
+    at_rounds: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
         default=None, description="measure right after these server versions (each also evaluated) instead of after "
-        "the last round")
+        "the last round; version 0 is the initial model, so the clients' first round of training (FedReCo Fig. 2's "
+        "'round 1' is version 0)")
 
     @model_validator(mode="before")
     @classmethod
@@ -310,8 +311,9 @@ def evaluation_problem(scenario: "Scenario") -> str | None:
                             ("analysis.at_rounds", scenario.analysis.at_rounds if scenario.analysis else None)):
         beyond = [v for v in versions or () if last is not None and v > last]
         if beyond:
+            lowest = 0 if where == "analysis.at_rounds" else 1
             return (f"{where}: server version {beyond[0]} is never reached (the run stops by version {last}; "
-                    f"allowed: 1..{last})")
+                    f"allowed: {lowest}..{last})")
     return None
 
 
