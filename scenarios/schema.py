@@ -107,11 +107,15 @@ class ShardsPartition(StrictModel):
 class PathologicalPartition(StrictModel):
     """Each client holds exactly ``classes_per_client`` classes, dealt round-robin from one
     random class order (so 50 clients x 2 of 10 classes fall into only 5 distinct label
-    sets); each class's samples are split evenly among its holders. McMahan et al.'s
+    sets; ``label_sets: sliding`` gives client c the classes c..c+k-1 instead, FedReCo's
+    code's rule); each class's samples are split evenly among its holders. McMahan et al.'s
     scheme is ``shards``."""
 
     type: Literal["pathological"]
     classes_per_client: Annotated[int, Field(ge=1)]
+    label_sets: Literal["blocks", "sliding"] = Field(
+        default="blocks", description="blocks: client c holds classes c*k..c*k+k-1 of the random class order "
+        "(mod the number of classes); sliding: classes c..c+k-1 (as in FedReCo's code: as many label sets as classes)")
 
 
 class ClassSamplingPartition(StrictModel):
