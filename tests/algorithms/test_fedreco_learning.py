@@ -142,7 +142,8 @@ def test_head_fine_tuning_before_the_test_raises_personal_accuracy() -> None:
                         finetune_head_epochs=5.0)
         accs = {}
         for name, a in (("plain", alg), ("tuned", tuned)):
-            results = [a.evaluate_client(a.payload_for(state, c), k, d, 64) for c, (k, d) in enumerate(zip(kept, clients))]
+            results = [a.evaluate_client(a.payload_for(state, c), k, d, 64)
+                       for c, (k, d) in enumerate(zip(kept, clients))]
             accs[name] = sum(r.correct for r in results) / sum(r.count for r in results)
         gains.append(accs["tuned"] - accs["plain"])
     assert min(gains) > 0, gains
