@@ -333,6 +333,16 @@ class FedReCoDP(FedReCo):
     counts each client's uploads (``state.tensors["dp_uploads"]``) and reports, with every
     evaluation, the cumulative epsilon of the most-participating client at
     ``accounting_delta`` (:meth:`server_metrics`, PLD accounting with ``dp-accounting``).
+    ``budget_scope: run`` reads (epsilon, delta) as the run's budget over ``budget_uploads``
+    uploads instead (:mod:`fedclock.algorithms.dp`).
+
+    **What decides the loss to the noise.** The noise reaches only ``u_0``: the server step
+    adds ``eta_0 z 2C / sqrt(M)`` per coordinate and round (``M`` uploads averaged), and the
+    personal models feel it only through the penalty's pull towards ``h(x; u_0)`` (at
+    ``lam = 0`` FedReCo-DP and FedReCo train the same personal models). So the loss grows
+    with ``eta_0``, ``z`` and ``lam`` and shrinks with ``M`` and with the local steps per
+    round that pull the personal models back to their own data; the measured comparisons are
+    in ``docs/reproductions/fedreco.md`` (``fedclock reproduce fedreco``).
     """
 
     name: ClassVar[str] = "fedreco_dp"
