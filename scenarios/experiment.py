@@ -12,6 +12,7 @@ import torch
 from fedclock.actors.replay import CheckpointingBackend
 from fedclock.actors.runtime import Runtime, ServerLost, Session
 from fedclock.algorithms.base import Algorithm
+from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
@@ -75,7 +76,11 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
             raise PluginError(str(exc)) from None
     algorithm = algorithm_class(scenario.algorithm.name)(scenario.algorithm.params, factory)
     algorithm.num_clients = scenario.population.num_clients
-    return algorithm
+    codec = scenario.upload.compression
+    problem = codec.size_problem(factory.num_params) if codec is not None and codec.type == "top_k" else None
+    if problem:
+        raise PluginError(f"upload.compression: {problem}")
+    return with_links(algorithm, scenario.upload, scenario.download)
 
 
 def describe_availability(scenario: Scenario) -> list[str]:

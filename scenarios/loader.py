@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from fedclock.algorithms.compressed import links_problem
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
@@ -320,7 +321,8 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
             if cfg is not None and cfg.type != "full":
                 raise ScenarioError(f"{where}: {field}.type: algorithm {name!r} always runs its full local work "
                                     f"(allowed: full; got {cfg.type!r})")
-    problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis)
+    problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis) or \
+        links_problem(cls, scenario.upload, scenario.download, scenario.runtime.vectorize)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     if scenario.runtime.vectorize > 1:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 # them into the file format and re-exports them under their old names here.
 from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
                                             RuntimeConfig)
+from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
                                                      MarkovOnOff, PeriodicMissing, TraceAvailability, TracePath)
 from fedclock.scheduling.completeness_connectivity import (BetaFraction, ChoiceFraction, CompletenessConfig,
@@ -336,6 +337,8 @@ class Scenario(StrictModel):
     stop: StopConfig
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    upload: UploadConfig = Field(default_factory=UploadConfig, description="compression of client updates")
+    download: DownloadConfig = Field(default_factory=DownloadConfig, description="compression of the model sent")
     output: OutputConfig = Field(default_factory=OutputConfig)
     timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
     analysis: CKAAnalysis | None = Field(default=None, description="post-run analysis: cka")
