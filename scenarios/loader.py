@@ -35,6 +35,7 @@ from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.plugins import PluginError, algorithm_class, find, from_object
+from fedclock.scenarios.selection_config import resolve_selection, selection_problem
 from fedclock.scenarios.datasets import DATASET_NAMES, check_loader
 from fedclock.scenarios.schema import AlgorithmConfig, Scenario
 
@@ -306,10 +307,18 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         raise ScenarioError(f"{where}: algorithm.objective: algorithm {name!r} does not train with {objective!r} "
                             f"(allowed: {', '.join(sorted(cls.objectives))})")
     data["algorithm"] = AlgorithmConfig(name=name, params=params)
+    if "selection" in data:
+        try:
+            data["selection"] = resolve_selection(data["selection"], base_dir, format_error)
+        except ValueError as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
     try:
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    problem = selection_problem(scenario.selection, scenario.mode)
+    if problem:
+        raise ScenarioError(f"{where}: {problem}")
     if scenario.mode.type not in cls.modes:
         allowed = ", ".join(sorted(cls.modes))
         raise ScenarioError(f"{where}: mode.type: algorithm {name!r} does not run in {scenario.mode.type} mode "

@@ -30,6 +30,7 @@ from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceD
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRange, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
 from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
+from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
 from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
                                                  OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
@@ -44,7 +45,8 @@ __all__ = [
     "TimeBudget", "UniformFraction", "UnitFraction", "can_lose", "ChoiceDist", "ConstantDist", "DeviceDistributions",
     "Distribution", "LogNormalDist", "LogUniformDist", "UniformDist", "Fraction", "NonNegativeFloat", "OrderedRange",
     "PositiveFloat", "StrictModel", "AsyncMode", "ModeConfig", "StopConfig", "SyncMode", "WindowAggregation",
-    "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup", "CohortEvent",
+    "SelectionConfig", "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup",
+    "CohortEvent",
     "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
     "TimelineEvent", "timeline_problem",
     # Defined here.
@@ -147,7 +149,7 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 """Multi-domain sources (:mod:`fedclock.scenarios.domains`): ``pool: all`` is not offered for them."""
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope"]
+                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope", "mnist1d"]
 
 
 PluginName = Annotated[str, Field(min_length=1, max_length=400)]
@@ -184,6 +186,8 @@ class DatasetConfig(StrictModel):
     synthetic_features: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_FEATURES)] = 60
     synthetic_classes: Annotated[int, Field(ge=2, le=MAX_SYNTHETIC_FEATURES)] = 10
     synthetic_samples: Annotated[int, Field(ge=10, le=MAX_SYNTHETIC_SAMPLES)] = 20000
+    mnist1d_samples: Annotated[int, Field(ge=20, le=200_000)] = Field(
+        default=10_000, description="mnist1d: samples generated (global_test_fraction of them form the test set)")
     max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="keep a random subset of the training pool (quick variants)")
     global_test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
@@ -341,6 +345,8 @@ class Scenario(StrictModel):
     download: DownloadConfig = Field(default_factory=DownloadConfig, description="compression of the model sent")
     output: OutputConfig = Field(default_factory=OutputConfig)
     timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
+    selection: SelectionConfig = Field(default_factory=SelectionConfig, description="who trains: {name: uniform|oort|"
+                                       "tifl|power_of_choice|fedcs|module:attribute, ...settings}")
     analysis: CKAAnalysis | None = Field(default=None, description="post-run analysis: cka")
     reproduces: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="what the file reproduces: '<paper short name>, <Table/Figure>' (shown by "
