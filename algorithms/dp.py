@@ -32,6 +32,14 @@ with noise multiplier ``z`` (= noise standard deviation / (2C)), which is the re
 privacy of our upload. A run reports the epsilon of its most-participating client (every
 client uses the same ``z``, so that is the largest epsilon of any client).
 
+**Budget scope** (``budget_scope``). The paper states (epsilon, delta) per upload and does
+not report composition (Sec. 6.2); that is ``upload``, the default. ``run`` reads the
+budget as the whole run's: a client uploading ``budget_uploads`` times must spend at most
+(epsilon, delta) in all, so each upload gets the multiplier :func:`run_multiplier` found by
+``dp_accounting``'s mechanism calibration on the same PLD accountant (about
+``sqrt(budget_uploads)`` times the one-shot multiplier). The run's report
+(:func:`privacy_report`) then shows at most epsilon after ``budget_uploads`` uploads.
+
 **Clipping granularity** (a choice; the paper's appendix with the details is missing):
 ``dp_clip_granularity: batch`` clips the uploaded vector as a whole (the default: the
 paper adds noise to "the stochastic gradient" and "the model difference"); ``example``
@@ -83,10 +91,22 @@ class DPParams(BaseModel):
         "before averaging (FedReCo-DP)")
     accounting_delta: float | None = Field(default=None, gt=0, lt=1, description="delta at which the run's "
                                            "cumulative epsilon is reported (default: delta)")
+    budget_scope: Literal["upload", "run"] = Field(
+        default="upload", description="upload: (epsilon, delta) is each upload's budget (the paper's reading); run: "
+        "it is the whole run's budget of a client over budget_uploads uploads (PLD accountant calibration)")
+    budget_uploads: int | None = Field(default=None, ge=1, description="budget_scope run: the uploads per client "
+                                       "the run's budget covers (e.g. the rounds of a run with every client)")
+
+    @model_validator(mode="after")
+    def _run_scope_needs_uploads(self) -> "DPParams":
+        if self.budget_scope == "run" and self.budget_uploads is None:
+            raise ValueError("budget_uploads: budget_scope 'run' needs the number of uploads per client the budget "
+                             "covers (an integer >= 1, e.g. the number of rounds)")
+        return self
 
     @model_validator(mode="after")
     def _classical_needs_small_epsilon(self) -> "DPParams":
-        if self.calibration == "classical" and self.epsilon >= 1:
+        if self.budget_scope == "upload" and self.calibration == "classical" and self.epsilon >= 1:
             raise ValueError(f"epsilon: the classical Gaussian mechanism holds only for epsilon < 1 (got "
                              f"{self.epsilon:g}); use a smaller epsilon or calibration: analytic")
         return self
@@ -107,7 +127,12 @@ def classical_multiplier(epsilon: float, delta: float) -> float:
 
 
 def noise_multiplier(params: DPParams) -> float:
-    """``z``: noise standard deviation per unit of L2 sensitivity for one upload."""
+    """``z``: noise standard deviation per unit of L2 sensitivity for one upload (with
+    ``budget_scope: run``, the ``z`` whose ``budget_uploads``-fold composition spends the
+    run's (epsilon, delta): :func:`run_multiplier`)."""
+    if params.budget_scope == "run":
+        assert params.budget_uploads is not None  # the validator's guarantee
+        return run_multiplier(params.epsilon, params.delta, params.budget_uploads)
     if params.calibration == "analytic":
         return _analytic_multiplier(params.epsilon, params.delta)
     return classical_multiplier(params.epsilon, params.delta)
@@ -118,6 +143,30 @@ def _analytic_multiplier(epsilon: float, delta: float) -> float:
     import dp_accounting  # imported on use: it pulls in SciPy (0.6 s), which most runs never need
 
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
+
+
+@lru_cache(maxsize=64)
+def run_multiplier(epsilon: float, delta: float, uploads: int) -> float:
+    """The smallest noise multiplier ``z`` (to the calibration's tolerance) for which
+    ``uploads`` Gaussian mechanisms of multiplier ``z`` compose to at most (epsilon, delta)
+    under the PLD accountant of :func:`cumulative_epsilon` (``dp_accounting``'s
+    ``calibrate_dp_mechanism``: a bracketed search on the accountant, never a formula).
+    For Gaussian mechanisms this is about ``sqrt(uploads)`` times the one-shot analytic
+    multiplier (their composition is a Gaussian mechanism of multiplier ``z / sqrt(uploads)``)."""
+    import dp_accounting  # imported on use (see _analytic_multiplier)
+    from dp_accounting.pld import pld_privacy_accountant
+
+    def accountant() -> pld_privacy_accountant.PLDAccountant:
+        return pld_privacy_accountant.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+
+    def event(z: float) -> dp_accounting.DpEvent:
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), uploads)
+
+    guess = _analytic_multiplier(min(epsilon, 50.0), delta) * math.sqrt(uploads)
+    # a narrow bracket around the closed form: a tiny multiplier would make the PLD's support huge
+    bracket = dp_accounting.ExplicitBracketInterval(0.5 * guess, 2.0 * guess)
+    return float(dp_accounting.calibrate_dp_mechanism(accountant, event, epsilon, delta, bracket,
+                                                      tol=1e-4 * guess))
 
 
 def noise_std(params: DPParams) -> float:

@@ -13,8 +13,12 @@ from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, Client
     ServerState, Tensors, evaluate_flat
 from fedclock.algorithms.dp import DPParams, add_noise, clip_to_norm, state_privacy_report, with_upload_counts
 from fedclock.algorithms.models import FedModel, ModelFactory
-from fedclock.algorithms.personal import epoch_steps, train_part, with_head
+from fedclock.algorithms.personal import epoch_steps, finetune_evaluate, train_part, with_head
 from fedclock.algorithms.training import BatchLoss, batches
+
+
+Reduction = Literal["mean", "sum"]
+"""How the representation penalty reduces over a batch's samples."""
 
 
 class FedReCoParams(AlgorithmParams):
@@ -35,12 +39,25 @@ class FedReCoParams(AlgorithmParams):
     server_update: Literal["gradient", "average"] = Field(
         default="gradient", description="gradient: the full paper's server step with the penalty's gradient; "
         "average: the workshop version, the server averages locally trained copies of the global body")
+    penalty_reduction: Reduction = Field(
+        default="mean", description="mean: H averages ||h - h0||^2 over the batch (the paper's eq. (5)); sum: sums "
+        "it (the authors' code), i.e. an effective mean-form lambda of lam x batch (0.01 x 48 = 0.48)")
+    server_gradient_data: Literal["batch", "all"] = Field(
+        default="batch", description="the data of the uploaded g_p: batch, one fresh batch (Alg. 1, line 18); all, "
+        "the client's whole training split in one pass (the authors' code)")
+    server_clip: float | None = Field(default=None, gt=0, description="clip the cohort-mean gradient to this L2 "
+                                      "norm before the server step (the authors' code: 10); default none")
+    finetune_head_epochs: float = Field(default=0.0, ge=0, description="epochs of head-only fine-tuning of the "
+                                        "personal model before each personalized test (the authors' final "
+                                        "round: 9); 0 tests it as it is")
 
 
-def representation_penalty(h: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-    """``H = mean over the batch of ||h - h0||^2`` (features flattened per sample)."""
+def representation_penalty(h: torch.Tensor, h0: torch.Tensor, reduction: Reduction = "mean") -> torch.Tensor:
+    """``H = mean over the batch of ||h - h0||^2`` (features flattened per sample); with
+    ``reduction="sum"`` the sum over the batch (``||h - h0||_F^2``, the authors' code)."""
     diff = (h - h0).reshape(h.shape[0], -1)
-    return (diff ** 2).sum(dim=1).mean()
+    per_sample = (diff ** 2).sum(dim=1)
+    return per_sample.sum() if reduction == "sum" else per_sample.mean()
 
 
 class FedReCo(Algorithm[FedReCoParams]):
@@ -88,6 +105,30 @@ class FedReCo(Algorithm[FedReCoParams]):
     (head plus body steps of every pair trained; the gradient batch is not a step), like
     FedRep's. Personalized accuracy: (u_p, v_p).
     Global accuracy: u_0 with the shared initial head (FedReCo trains no global classifier).
+
+    **The authors' code** (``oyhah/FedReCo``, ``models/distributed_training_utils.py``:
+    ``train_cnn_FedReCo``, ``global_gradient``, ``Server.first_part_update``; ``main_fed.py``)
+    differs from the paper's text in four places; each is an option here, off by default
+    (the defaults follow the paper's Algorithm 1 and eq. (5)):
+
+    * ``penalty_reduction: sum`` — the code's penalty is ``||h - h0||_F^2`` over the batch, a
+      sum over samples, where eq. (5)'s ``H_i`` is an expectation (our batch mean). On a
+      batch of ``b`` samples the sum is ``b`` times the mean, so ``lam`` with ``sum`` acts as
+      an **effective lambda of lam x b** in the mean form: the paper's 0.01 at batch 48 is
+      0.48 (a smaller last batch of an epoch gets less). It also scales the uploaded
+      gradient by the number of samples it is taken on (below).
+    * ``server_gradient_data: all`` — the code computes ``g_p`` on the client's whole
+      training split in one pass (a loader with batch = the split), not on one fresh batch;
+      with ``sum`` this is ``n`` times the split's mean gradient (n = 980 on FMNIST).
+    * ``server_clip: 10`` — the server clips the cohort-mean gradient to L2 norm 10 (the
+      code's ``max_norm``) before its step. With the two options above the mean gradient is
+      hundreds of times larger than the batch-mean one, so the clip binds and the server
+      moves ``u_0`` by about ``eta_0 x 10`` per round (the code's ``lr_server`` default is
+      0.01; the paper's workshop version gives 0.001).
+    * ``finetune_head_epochs: 9`` — the code's last round (every client) trains the head for
+      ``last_local_ep - local_rep_ep = 10 - 1 = 9`` epochs (then the body one epoch) and
+      reports that model. Here the head is fine-tuned at evaluation (not kept), so the final
+      evaluation of a run is the code's final round without its last body epoch.
     """
 
     name: ClassVar[str] = "fedreco"
@@ -124,14 +165,14 @@ class FedReCo(Algorithm[FedReCoParams]):
         """``CE(model(x), y) + lam/2 H(u, u_anchor)`` with the anchor body frozen."""
         anchor = self.anchor
         self.model_factory.load_flat(anchor, anchor_weights)
-        lam = self.params.lam
+        lam, reduction = self.params.lam, self.params.penalty_reduction
 
         def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             h = model.body(x)  # type: ignore[operator]
             with torch.no_grad():
                 h0 = anchor.body(x)
             logits = model.head(h)  # type: ignore[operator]
-            return F.cross_entropy(logits, y) + 0.5 * lam * representation_penalty(h, h0)
+            return F.cross_entropy(logits, y) + 0.5 * lam * representation_penalty(h, h0, reduction)
 
         return loss
 
@@ -151,11 +192,15 @@ class FedReCo(Algorithm[FedReCoParams]):
 
     def gradient_batch(self, personal: torch.Tensor, global_weights: torch.Tensor, data: ClientData,
                        rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step 3's fresh batch: ``(x, h(x; u_p))`` with ``x`` one batch drawn from ``rng``
-        (after the training phases), and the anchor model loaded with ``global_weights``."""
+        """Step 3's data: ``(x, h(x; u_p))`` with ``x`` one fresh batch drawn from ``rng``
+        (after the training phases) or, with ``server_gradient_data: all``, the whole training
+        split (no draw); the anchor model is loaded with ``global_weights``."""
         f, ws = self.model_factory, self.workspace
-        idx = next(batches(data.num_train, self.params.batch_size, 1, rng)).to(data.x_train.device)
-        x = data.x_train[idx]
+        if self.params.server_gradient_data == "all":
+            x = data.x_train
+        else:
+            idx = next(batches(data.num_train, self.params.batch_size, 1, rng)).to(data.x_train.device)
+            x = data.x_train[idx]
         f.load_flat(ws, personal)
         f.load_flat(self.anchor, global_weights)
         with torch.no_grad():
@@ -164,13 +209,15 @@ class FedReCo(Algorithm[FedReCoParams]):
 
     def penalty_gradient(self, personal: torch.Tensor, global_weights: torch.Tensor, data: ClientData,
                          rng: torch.Generator) -> torch.Tensor:
-        """``g_p = grad_{u_0} H(u_p, u_0)`` on one fresh batch (flat, body-sized, CPU float32)."""
+        """``g_p = grad_{u_0} H(u_p, u_0)`` on the data of :meth:`gradient_batch`, reduced by
+        ``penalty_reduction`` (flat, body-sized, CPU float32)."""
         f, anchor = self.model_factory, self.anchor
         if data.num_train == 0:
             return torch.zeros(f.body.stop - f.body.start)
         x, h = self.gradient_batch(personal, global_weights, data, rng)
         body_params = list(anchor.body.parameters())
-        grads = torch.autograd.grad(representation_penalty(h, anchor.body(x)), body_params)
+        penalty = representation_penalty(h, anchor.body(x), self.params.penalty_reduction)
+        grads = torch.autograd.grad(penalty, body_params)
         return torch.cat([g.reshape(-1) for g in grads]).detach().to("cpu", torch.float32)
 
     def upload_gradient(self, personal: torch.Tensor, global_weights: torch.Tensor, data: ClientData,
@@ -218,6 +265,8 @@ class FedReCo(Algorithm[FedReCoParams]):
         key = "grad" if self.params.server_update == "gradient" else "body"
         mean = torch.stack([a.upload[key].to(weights) for a in arrivals]).mean(dim=0)
         if key == "grad":
+            if self.params.server_clip is not None:
+                mean = clip_to_norm(mean, self.params.server_clip)
             weights[body] -= self.params.server_lr * mean
         else:
             weights[body] = mean
@@ -226,7 +275,15 @@ class FedReCo(Algorithm[FedReCoParams]):
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
+        """The personal model (the download before a client's first task), its head first
+        fine-tuned for ``finetune_head_epochs`` at eta_v when set (batches from
+        :func:`~fedclock.algorithms.personal.finetune_rng`: the same number for the same weights)."""
+        p = self.params
         weights = payload["weights"] if client_state is None else client_state["weights"]
+        if p.finetune_head_epochs > 0:
+            tune = p if p.head_lr is None else p.model_copy(update={"lr": p.head_lr})
+            return finetune_evaluate(self.workspace, self.model_factory, weights, data, tune,
+                                     p.finetune_head_epochs, batch_size, part="head")
         return evaluate_flat(self.workspace, self.model_factory, weights, data.x_test, data.y_test, batch_size)
 
     def local_model(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
@@ -246,7 +303,8 @@ class FedReCo(Algorithm[FedReCoParams]):
         pair = self.head_step_count(num_samples) + 2 * self.local_steps(num_samples)
         if self.params.server_update == "average":
             return 2 * pair * per_step
-        return (pair + 2) * per_step
+        upload_samples = max(num_samples, 1) if self.params.server_gradient_data == "all" else per_step
+        return pair * per_step + 2 * upload_samples
 
 
 class FedReCoDPParams(FedReCoParams, DPParams):
@@ -275,6 +333,16 @@ class FedReCoDP(FedReCo):
     counts each client's uploads (``state.tensors["dp_uploads"]``) and reports, with every
     evaluation, the cumulative epsilon of the most-participating client at
     ``accounting_delta`` (:meth:`server_metrics`, PLD accounting with ``dp-accounting``).
+    ``budget_scope: run`` reads (epsilon, delta) as the run's budget over ``budget_uploads``
+    uploads instead (:mod:`fedclock.algorithms.dp`).
+
+    **What decides the loss to the noise.** The noise reaches only ``u_0``: the server step
+    adds ``eta_0 z 2C / sqrt(M)`` per coordinate and round (``M`` uploads averaged), and the
+    personal models feel it only through the penalty's pull towards ``h(x; u_0)`` (at
+    ``lam = 0`` FedReCo-DP and FedReCo train the same personal models). So the loss grows
+    with ``eta_0``, ``z`` and ``lam`` and shrinks with ``M`` and with the local steps per
+    round that pull the personal models back to their own data; the measured comparisons are
+    in ``docs/reproductions/fedreco.md`` (``fedclock reproduce fedreco``).
     """
 
     name: ClassVar[str] = "fedreco_dp"
@@ -284,8 +352,10 @@ class FedReCoDP(FedReCo):
 
     def per_example_clipped_gradient(self, personal: torch.Tensor, global_weights: torch.Tensor,
                                      data: ClientData, rng: torch.Generator, clip: float) -> torch.Tensor:
-        """Mean over the fresh batch of per-sample ``grad_{u_0} ||h(x_j; u_p) - h(x_j; u_0)||^2``,
-        each clipped to L2 norm ``clip`` (flat, body-sized, CPU float32)."""
+        """Mean over the data of :meth:`gradient_batch` of per-sample ``grad_{u_0} ||h(x_j; u_p) -
+        h(x_j; u_0)||^2``, each clipped to L2 norm ``clip`` (flat, body-sized, CPU float32).
+        Always the mean, whatever ``penalty_reduction``: a sum of ``n`` clipped gradients could
+        reach norm ``n * clip``, past the sensitivity the noise is calibrated to."""
         f, anchor = self.model_factory, self.anchor
         if data.num_train == 0:
             return torch.zeros(f.body.stop - f.body.start)

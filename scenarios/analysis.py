@@ -11,9 +11,13 @@ collides with a real task's randomness.
 
 With ``at_rounds: [1, 10]`` the same measurement is made instead right after the evaluation
 at each of those server versions (:class:`CKAAtRounds`; the clock evaluates there, from the
-global model and the clients' stored states of that moment; FedReCo Fig. 2 measures after
-rounds 1 and 10), and ``cka.parquet`` is rewritten (atomically) after each, so a crash keeps
+global model and the clients' stored states of that moment), and ``cka.parquet`` is
+rewritten (atomically) after each, so a crash keeps
 the measurements made so far. A resumed run keeps the rows measured before its checkpoint.
+Version 0 is allowed: the clients train once from the initial model, which is compared with
+that model. FedReCo's Fig. 2 (full version, Sec. 3.1) compares the local model after the local
+training of round t with the global model omega^t *before* aggregation, i.e. the model the
+round started from: its "round 1" is version 0 and its "round 10" version 9.
 """
 from __future__ import annotations
 

@@ -32,7 +32,14 @@ The schemes, and the paper each follows:
 * ``pathological``: classes dealt **round-robin** from one random class order, so every
   class has about the same number of holders and each class is split evenly among them;
   with 50 clients x 2 of 10 classes this gives only 5 distinct label sets. McMahan et
-  al.'s scheme is ``shards``.
+  al.'s scheme is ``shards``. ``label_sets: sliding`` gives client ``c`` the window of
+  classes ``c, c+1, .., c+k-1`` (mod the number of classes ``C``) of the random order
+  instead, the rule of FedReCo's code (``oyhah/FedReCo``, ``utils/utils_dataset.py``: client
+  ``c`` holds classes ``(c + j) mod C``): every client holds exactly ``k`` classes, there
+  are ``min(N, C)`` distinct label sets, and when ``C`` divides ``N`` every class has
+  ``k N / C`` holders, so equal classes give equal clients (FMNIST pooled, 50 clients x 4:
+  1,400 samples each, the paper's App. A.1). Shards instead leave many clients with fewer
+  distinct classes than shards (two shards of one class).
 * ``class_sampling``: the SPFL/PLGA paper (*Personalized Heterogeneous Federated Learning
   with Gradient Similarity*), App. B steps 1-3: every class ``D^k`` is cut at random into
   ``N`` equal parts ``D^k_1..D^k_N``; each client ``n`` draws ``classes_per_client``
@@ -83,7 +90,8 @@ def partition_indices(labels: np.ndarray, num_clients: int, cfg: PartitionConfig
         classes = _classes(labels, cfg.classes_per_client, "pathological")
         k = cfg.classes_per_client
         order = rng.permutation(classes)
-        slots = (np.arange(num_clients)[:, None] * k + np.arange(k)[None, :]) % len(classes)
+        first = np.arange(num_clients) * (k if cfg.label_sets == "blocks" else 1)
+        slots = (first[:, None] + np.arange(k)[None, :]) % len(classes)
         owner = _deal(labels, order[slots], rng)
     elif isinstance(cfg, ClassSamplingPartition):
         classes = _classes(labels, cfg.classes_per_client, "class_sampling")

@@ -110,11 +110,15 @@ class ShardsPartition(StrictModel):
 class PathologicalPartition(StrictModel):
     """Each client holds exactly ``classes_per_client`` classes, dealt round-robin from one
     random class order (so 50 clients x 2 of 10 classes fall into only 5 distinct label
-    sets); each class's samples are split evenly among its holders. McMahan et al.'s
+    sets; ``label_sets: sliding`` gives client c the classes c..c+k-1 instead, FedReCo's
+    code's rule); each class's samples are split evenly among its holders. McMahan et al.'s
     scheme is ``shards``."""
 
     type: Literal["pathological"]
     classes_per_client: Annotated[int, Field(ge=1)]
+    label_sets: Literal["blocks", "sliding"] = Field(
+        default="blocks", description="blocks: client c holds classes c*k..c*k+k-1 of the random class order "
+        "(mod the number of classes); sliding: classes c..c+k-1 (as in FedReCo's code: as many label sets as classes)")
 
 
 class ClassSamplingPartition(StrictModel):
@@ -283,9 +287,10 @@ class CKAAnalysis(StrictModel):
                                                  "samples)")
     clients: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
         default=None, description="clients to analyse (default: all)")
-    at_rounds: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] | None = Field(
+    at_rounds: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
         default=None, description="measure right after these server versions (each also evaluated) instead of after "
-        "the last round")
+        "the last round; version 0 is the initial model, so the clients' first round of training (FedReCo Fig. 2's "
+        "'round 1' is version 0)")
 
     @model_validator(mode="before")
     @classmethod
@@ -315,8 +320,9 @@ def evaluation_problem(scenario: "Scenario") -> str | None:
                             ("analysis.at_rounds", scenario.analysis.at_rounds if scenario.analysis else None)):
         beyond = [v for v in versions or () if last is not None and v > last]
         if beyond:
+            lowest = 0 if where == "analysis.at_rounds" else 1
             return (f"{where}: server version {beyond[0]} is never reached (the run stops by version {last}; "
-                    f"allowed: 1..{last})")
+                    f"allowed: {lowest}..{last})")
     return None
 
 

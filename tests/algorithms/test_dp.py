@@ -117,3 +117,26 @@ def test_fedavg_dp_server_counts_uploads_and_reports_the_most_participating_clie
     assert report["dp_epsilon"] == cumulative_epsilon(classical_multiplier(0.5, 0.05), 3, 0.05)
     with pytest.raises(pydantic.ValidationError, match="dp_clip_granularity: FedAvg-DP clips"):
         FedAvgDPParams(dp_clip_granularity="example")
+
+
+@pytest.mark.parametrize("epsilon,delta,uploads", [(0.05, 0.05, 40), (0.2, 0.1, 500)])
+def test_run_level_budget_spends_epsilon_over_all_uploads(epsilon: float, delta: float, uploads: int) -> None:
+    """budget_scope run: the accountant's epsilon after budget_uploads uploads is the budget
+    (a hair under it; 0.1 % less noise overspends). Independently, T Gaussian mechanisms of
+    multiplier z are one of multiplier z / sqrt(T), whose exact delta at epsilon is delta."""
+    p = DPParams(epsilon=epsilon, delta=delta, budget_scope="run", budget_uploads=uploads)
+    z = noise_multiplier(p)
+    assert epsilon * 0.995 < cumulative_epsilon(z, uploads, delta) <= epsilon
+    assert cumulative_epsilon(z * 0.999, uploads, delta) > epsilon
+    assert gaussian_delta(z / math.sqrt(uploads), epsilon) == pytest.approx(delta, rel=5e-3)
+    assert privacy_report(p, uploads)["dp_epsilon"] <= epsilon
+    assert noise_std(p) == pytest.approx(z * 2 * p.dp_clip)
+
+
+def test_run_level_budget_needs_its_upload_count() -> None:
+    with pytest.raises(pydantic.ValidationError, match="budget_uploads"):
+        DPParams(budget_scope="run")
+    assert DPParams(epsilon=2.0, budget_scope="run", budget_uploads=3).epsilon == 2.0  # no classical limit
+    data = {"name": "t", "algorithm": {"name": "fedreco_dp", "budget_scope": "run"}, "stop": {"rounds": 1}}
+    with pytest.raises(ScenarioError, match=r"algorithm.budget_uploads: budget_scope 'run' needs"):
+        parse_suite(data, "f")

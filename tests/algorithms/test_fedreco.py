@@ -241,3 +241,88 @@ def test_dp_rejects_the_average_variant() -> None:
     data["algorithm"] = {"name": "fedreco", "server_update": "mean"}
     with pytest.raises(ScenarioError, match=r"algorithm.server_update: .*'gradient' or 'average'"):
         parse_suite(data, "f")
+
+
+# ---------------------------------------------------------------- the authors' code's options
+def test_summed_penalty_is_lambda_times_batch_in_the_mean_form() -> None:
+    """penalty_reduction: sum on the whole 4-sample batch: the body step on CE + lam/2 x 4 H
+    (sum = 4 x mean), i.e. the mean form at lambda = 4 lam; the upload is 4 x the mean one."""
+    alg = FedReCo(params(penalty_reduction="sum"), FACTORY)
+    result = alg.client_update({"weights": W}, {"weights": V}, DATA, gen())
+    headed = V - LR_V * masked(grad(ce, V), HEAD)
+    objective = lambda u: ce(u) + LAM / 2 * 4 * penalty(u, W)  # noqa: E731
+    personal = headed - LR_U * masked(grad(objective, headed), BODY)
+    assert torch.allclose(result.state["weights"], personal, atol=1e-6)
+    mean_form = FedReCo(params(lam=4 * LAM), FACTORY).client_update({"weights": W}, {"weights": V}, DATA, gen())
+    assert torch.allclose(result.state["weights"], mean_form.state["weights"], atol=1e-6)
+    diff = 2 * (features(W) - features(personal))
+    assert torch.allclose(result.upload["grad"], 4 * torch.cat([(diff * X).mean(dim=0), diff.mean(dim=0)]),
+                          atol=1e-6)
+    assert not torch.allclose(result.state["weights"], hand_pair(V, W), atol=1e-4)
+
+
+@pytest.mark.parametrize("reduction,scale", [("mean", 1.0), ("sum", 4.0)])
+def test_server_gradient_on_the_whole_training_split(reduction: str, scale: float) -> None:
+    """server_gradient_data: all with batch size 2: g_p on all 4 samples (mean, or 4 x the
+    mean with the sum), drawing no batch from the task generator."""
+    alg = FedReCo(params(**MULTI, server_gradient_data="all", penalty_reduction=reduction), FACTORY)
+    result = alg.client_update({"weights": W}, {"weights": V}, DATA, gen(0))
+    head, body, fresh, _ = hand_batches(0)
+    lam = LAM * (2 if reduction == "sum" else 1)  # the body batches hold 2 samples
+    personal = hand_multi_step_lam(V, W, head, body, lam)
+    assert torch.allclose(result.state["weights"], personal, atol=1e-6)
+    everything = torch.arange(4)
+    assert torch.allclose(result.upload["grad"], scale * hand_upload(personal, W, everything), atol=1e-6)
+    assert not torch.allclose(result.upload["grad"], scale * hand_upload(personal, W, fresh), atol=1e-4)
+    g, reference = gen(0), gen(0)
+    alg.client_update({"weights": W}, {"weights": V}, DATA, g)
+    for _ in range(4):  # the training phases' permutations (hand_batches); no fifth for a fresh batch
+        torch.randperm(4, generator=reference)
+    assert torch.equal(g.get_state(), reference.get_state())
+    assert alg.work(4) == (2 + 2 * 3) * 2 + 2 * 4  # two passes per sample of the whole split
+
+
+def hand_multi_step_lam(start: torch.Tensor, anchor: torch.Tensor, head: list[torch.Tensor],
+                        body: list[torch.Tensor], lam: float) -> torch.Tensor:
+    """:func:`hand_multi_step` with penalty weight ``lam`` (mean form)."""
+    w = start
+    for idx in head:
+        w = w - LR_V * clipped(masked(grad(lambda f, idx=idx: batch_ce(f, idx), w), HEAD), CLIP, [])
+    for idx in body:
+        objective = lambda f, idx=idx: batch_ce(f, idx) + lam / 2 * batch_penalty(f, anchor, idx)  # noqa: E731
+        w = w - LR_U * clipped(masked(grad(objective, w), BODY), CLIP, [])
+    return w
+
+
+def test_server_clips_the_cohort_mean_gradient() -> None:
+    """Mean gradient (2, 1, 1, 2) has norm sqrt(10); server_clip 1 scales it to norm 1."""
+    alg = FedReCo(params(server_lr=0.5, server_clip=1.0), FACTORY)
+    state = ServerState(tensors={"weights": W.clone()}, version=0)
+    arrivals = [Arrival(0, {"grad": torch.tensor([1.0, 2.0, 3.0, 4.0])}, 10, 0, 0),
+                Arrival(1, {"grad": torch.tensor([3.0, 0.0, -1.0, 0.0])}, 90, 0, 0)]
+    new, _ = alg.receive(state, arrivals, gen())
+    expected = W.clone()
+    expected[BODY] -= 0.5 * torch.tensor([2.0, 1.0, 1.0, 2.0]) / 10 ** 0.5
+    assert torch.allclose(new.tensors["weights"], expected)
+    loose = FedReCo(params(server_lr=0.5, server_clip=4.0), FACTORY).receive(state, arrivals, gen())[0]
+    assert torch.allclose(loose.tensors["weights"][BODY], W[BODY] - 0.5 * torch.tensor([2.0, 1.0, 1.0, 2.0]))
+
+
+def test_head_fine_tuning_before_the_personalized_test() -> None:
+    """finetune_head_epochs 2 at batch 4: two full-batch head steps at eta_v on CE from the
+    personal model, then the test; the kept state is not changed."""
+    alg = FedReCo(params(finetune_head_epochs=2.0), FACTORY)
+    state = {"weights": V.clone()}
+    result = alg.evaluate_client({"weights": W}, state, DATA, 4)
+    tuned = V
+    for _ in range(2):
+        tuned = tuned - LR_V * masked(grad(ce, tuned), HEAD)
+    with torch.no_grad():
+        out = logits(tuned)
+        loss = float(torch.nn.functional.cross_entropy(out, Y, reduction="sum"))
+        correct = float((out.argmax(dim=1) == Y).sum())
+    assert result.count == 4 and result.correct == correct
+    assert result.loss_sum == pytest.approx(loss, rel=1e-5)
+    plain = FedReCo(params(), FACTORY).evaluate_client({"weights": W}, state, DATA, 4)
+    assert plain.loss_sum != pytest.approx(loss, rel=1e-3)
+    assert torch.equal(state["weights"], V)

@@ -73,7 +73,7 @@ def test_the_penalty_pulls_personal_representations_to_the_global_body(variant: 
             gaps[lam] = consensus_gap(alg, state.tensors["weights"], kept, clients)
         ratios.append(gaps[1.0] / gaps[0.0])
     # measured (12 rounds, seed 0): gradient 0.02, average 0.01 of the lambda = 0 gap
-    assert max(ratios) < 0.5, ratios
+    assert max(ratios) < 0.75, ratios
 
 
 def test_the_server_step_pulls_the_global_body_to_the_clients() -> None:
@@ -90,3 +90,60 @@ def test_the_server_step_pulls_the_global_body_to_the_clients() -> None:
         ratios.append(consensus_gap(moving, s_moving.tensors["weights"], kept, clients)
                       / consensus_gap(frozen, s_frozen.tensors["weights"], kept, clients))
     assert max(ratios) < 0.75, ratios  # measured 0.48 and 0.51 (a server step with no effect: 1.0)
+
+
+def test_the_summed_penalty_pulls_harder_than_the_batch_mean() -> None:
+    """penalty_reduction: sum (the authors' code) at batch 8 is the mean form at 8 x lambda:
+    against a global body held still (server_lr tiny), the personal representations end
+    closer to it than with the batch mean at the same lambda (paired seeds: same clients,
+    initial model and batches). Off (mean) the two runs are one run, ratio 1."""
+    ratios = []
+    for seed in SEEDS:
+        clients = digits_clients(seed)
+        gaps = {}
+        for reduction in ("mean", "sum"):
+            alg = fedreco(lam=0.05, server_lr=1e-9, penalty_reduction=reduction)
+            state, kept = train(alg, clients, seed)
+            gaps[reduction] = consensus_gap(alg, state.tensors["weights"], kept, clients)
+        ratios.append(gaps["sum"] / gaps["mean"])
+    assert max(ratios) < 0.7, ratios
+
+
+def test_the_server_clip_tames_the_summed_whole_split_gradient() -> None:
+    """With the authors' summed penalty on the whole split the uploaded gradient is n = 16
+    times the split's mean one, and unclipped server steps at eta_0 = 0.05 overshoot: the
+    global body ends far from the clients (measured: 6-12 times the mean-form gap). The
+    server's clip (the code's, here at norm 1) keeps the step bounded and the gap smaller
+    (measured ratios 0.35 and 0.51). Off (no clip) the two runs are one run, ratio 1."""
+    ratios = []
+    for seed in SEEDS:
+        clients = digits_clients(seed)
+        gaps = {}
+        for clip in (None, 1.0):
+            alg = fedreco(lam=0.05, server_lr=0.05, penalty_reduction="sum", server_gradient_data="all",
+                          server_clip=clip)
+            state, kept = train(alg, clients, seed)
+            gaps[clip] = consensus_gap(alg, state.tensors["weights"], kept, clients)
+        ratios.append(gaps[1.0] / gaps[None])
+    assert max(ratios) < 0.75, ratios
+
+
+def test_head_fine_tuning_before_the_test_raises_personal_accuracy() -> None:
+    """finetune_head_epochs (the authors' last round) after 2 rounds at a small eta_v, when
+    the heads are still undertrained: the same trained clients tested with 5 epochs of head
+    fine-tuning beat the untuned test on every seed (measured: +2 of 64 test images on each
+    seed; off: the same number, difference 0)."""
+    gains = []
+    for seed in SEEDS:
+        clients = digits_clients(seed)
+        alg = fedreco(lam=0.01, server_lr=0.05, head_lr=0.02, local_steps=1, head_steps=1)
+        state, kept = rounds_with_every_client(alg, clients, 2, seed)
+        tuned = fedreco(lam=0.01, server_lr=0.05, head_lr=0.02, local_steps=1, head_steps=1,
+                        finetune_head_epochs=5.0)
+        accs = {}
+        for name, a in (("plain", alg), ("tuned", tuned)):
+            results = [a.evaluate_client(a.payload_for(state, c), k, d, 64)
+                       for c, (k, d) in enumerate(zip(kept, clients))]
+            accs[name] = sum(r.correct for r in results) / sum(r.count for r in results)
+        gains.append(accs["tuned"] - accs["plain"])
+    assert min(gains) > 0, gains

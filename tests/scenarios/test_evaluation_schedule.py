@@ -67,6 +67,31 @@ def test_cka_at_chosen_rounds(tmp_path: Path) -> None:
     assert all(cka[cka["version"] == v]["round"].eq(metrics.loc[v, "round"]).all() for v in (1, 6))
 
 
+def test_cka_at_version_zero_compares_the_first_round_with_the_initial_model(tmp_path: Path) -> None:
+    """FedReCo Fig. 2's "round 1": every client trains once from the initial model (version
+    0), compared with that model; the rows equal a direct measurement from init_server's weights."""
+    from fedclock.scenarios.analysis import cka_rows
+    from fedclock.scenarios.experiment import make_algorithm
+    from fedclock.scenarios.federation import build_federation
+    from fedclock.scheduling.rng import Stream, torch_rng
+
+    sc = scenario(**{**SECTIONS, "evaluation": {"every": 10},
+                     "analysis": {"type": "cka", "at_rounds": [0, 2], "samples": 32}})
+    run_scenario(sc, Runtime("inline"), tmp_path)
+    cka = pd.read_parquet(tmp_path / "cka.parquet")
+    assert sorted(cka["version"].unique()) == [0, 2] and (cka[cka["version"] == 0]["round"] == 0).all()
+    federation = build_federation(sc.dataset, sc.population.num_clients, sc.seed)
+    algorithm = make_algorithm(sc, federation)
+    initial = algorithm.init_server(torch_rng(sc.seed, Stream.INIT))
+    assert sc.analysis is not None
+    direct = cka_rows(algorithm, federation, sc.analysis, sc.seed, 0,
+                      lambda c: algorithm.payload_for(initial, c), lambda c: None, 0)
+    got = cka[cka["version"] == 0].sort_values(["client", "layer_index"])["cka"].to_numpy()
+    want = pd.DataFrame(direct).sort_values(["client", "layer_index"])["cka"].to_numpy()
+    assert np.allclose(got, want, atol=1e-9)
+    assert not np.allclose(got, cka[cka["version"] == 2].sort_values(["client", "layer_index"])["cka"].to_numpy())
+
+
 class Crash(Exception):
     """Stands for the driver dying."""
 
@@ -100,11 +125,14 @@ def test_per_client_rows_and_cka_survive_crash_and_resume(tmp_path: Path, monkey
      "evaluation.per_client: needs evaluation.personalized: true"),
     ({"evaluation": {"at_rounds": [2, 9]}, "stop": {"rounds": 5}},
      "evaluation.at_rounds: server version 9 is never reached (the run stops by version 5; allowed: 1..5)"),
+    ({"analysis": {"type": "cka", "at_rounds": [0, 9]}, "stop": {"rounds": 5}},
+     "analysis.at_rounds: server version 9 is never reached (the run stops by version 5; allowed: 0..5)"),
     ({"analysis": {"type": "cka", "at_rounds": [6]}, "stop": {"rounds": 4, "versions": 3}},
      "analysis.at_rounds: server version 6 is never reached (the run stops by version 3"),
     ({"evaluation": {"at_rounds": [0]}}, "evaluation.at_rounds[0]: Input should be greater than or equal to 1"),
     ({"analysis": {"type": "cka", "at_rounds": []}}, "analysis.at_rounds: List should have at least 1 item"),
-], ids=["per-client-needs-personalized", "beyond-rounds", "cka-beyond-versions", "zero", "empty"])
+], ids=["per-client-needs-personalized", "beyond-rounds", "cka-beyond-rounds", "cka-beyond-versions", "zero",
+        "empty"])
 def test_schedule_mistakes_are_one_line(sections: dict[str, Any], expected: str) -> None:
     with pytest.raises(ScenarioError) as err:
         scenario(**sections)

@@ -79,6 +79,29 @@ def test_pathological_exact_classes(n: int, clients: int) -> None:
         assert max(shares) - min(shares) <= 1
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_sliding_label_sets_give_every_client_exactly_k_classes_and_equal_sizes(k: int) -> None:
+    """label_sets: sliding (FedReCo's code): client c holds classes c..c+k-1 of one class
+    order, so exactly k classes each, 10 distinct label sets over 50 clients, every class
+    held by k x 50 / 10 clients and, with equal classes, equal clients (1000 / 50 samples each)
+    — where 4 shards per client leave clients with fewer than 4 classes."""
+    cfg = PathologicalPartition(type="pathological", classes_per_client=k, label_sets="sliding")
+    parts = partition_indices(LABELS, 50, cfg, _rng(3))
+    assert len(_check_basic(parts, 50, 1000)) == 1000
+    held = _classes_per_client(parts)
+    assert all(len(c) == k for c in held)
+    assert len({frozenset(c) for c in held}) == 10
+    assert all(sum(cls in c for c in held) == k * 5 for cls in range(10))
+    assert {len(p) for p in parts} == {20}  # k classes x 100 / (k x 5 holders)
+    assert held[:10] == held[10:20]  # the window slides by one class per client, period 10
+    assert all(len(held[c] & held[c + 1]) == k - 1 for c in range(49))  # neighbours share k - 1 classes
+    blocks = partition_indices(LABELS, 50, PathologicalPartition(type="pathological", classes_per_client=k), _rng(3))
+    assert len({frozenset(c) for c in _classes_per_client(blocks)}) == 5
+    if k == 4:
+        shards = partition_indices(LABELS, 50, ShardsPartition(type="shards", shards_per_client=4), _rng(3))
+        assert min(len(c) for c in _classes_per_client(shards)) < 4
+
+
 def test_pathological_too_many_classes() -> None:
     with pytest.raises(ValueError, match=r"dataset.partition.classes_per_client: 11 .*allowed: 1..10"):
         partition_indices(LABELS, 5, PathologicalPartition(type="pathological", classes_per_client=11), _rng())
