@@ -75,6 +75,7 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
             raise PluginError(str(exc)) from None
     algorithm = algorithm_class(scenario.algorithm.name)(scenario.algorithm.params, factory)
     algorithm.num_clients = scenario.population.num_clients
+    algorithm.server_optimizer = scenario.algorithm.server_optimizer
     return algorithm
 
 

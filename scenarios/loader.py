@@ -35,7 +35,7 @@ from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.plugins import PluginError, algorithm_class, find, from_object
 from fedclock.scenarios.datasets import DATASET_NAMES, check_loader
-from fedclock.scenarios.schema import AlgorithmConfig, Scenario
+from fedclock.scenarios.schema import AlgorithmConfig, Scenario, ServerOptimizerConfig, ServerOptimizerSection
 
 DISCRIMINATORS = ("type", "name", "dist")
 _RELATIVE_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
@@ -296,6 +296,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         data = _resolve_named(data, base_dir)
     except PluginError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
+    server_optimizer = _server_optimizer(algo.pop("server_optimizer", None), cls, name, where)
     try:
         params = cls.Params.model_validate(algo)
     except ValidationError as exc:
@@ -304,7 +305,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
     if objective is not None and objective not in cls.objectives:
         raise ScenarioError(f"{where}: algorithm.objective: algorithm {name!r} does not train with {objective!r} "
                             f"(allowed: {', '.join(sorted(cls.objectives))})")
-    data["algorithm"] = AlgorithmConfig(name=name, params=params)
+    data["algorithm"] = AlgorithmConfig(name=name, params=params, server_optimizer=server_optimizer)
     try:
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
@@ -332,6 +333,20 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         if problem:
             raise ScenarioError(f"{where}: runtime.vectorize: {problem}; 1 turns it off")
     return scenario
+
+
+def _server_optimizer(raw: object, cls: type, name: str, where: str) -> ServerOptimizerConfig | None:
+    """``algorithm.server_optimizer`` validated (None when absent); refused for an algorithm
+    whose server moves no global model."""
+    if raw is None:
+        return None
+    if not getattr(cls, "moves_global_model", True):
+        raise ScenarioError(f"{where}: algorithm.server_optimizer: algorithm {name!r} moves no global model, so a "
+                            "server optimizer has nothing to step; remove it")
+    try:
+        return ServerOptimizerSection.model_validate({"server_optimizer": raw}).server_optimizer
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {format_error(exc, ServerOptimizerSection, ('algorithm',))}") from None
 
 
 def _resolve_named(data: dict, base_dir: Path | None) -> dict:

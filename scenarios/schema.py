@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
 # them into the file format and re-exports them under their old names here.
+from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
                                             RuntimeConfig)
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup", "CohortEvent",
     "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
     "TimelineEvent", "timeline_problem",
+    "ServerOptimizerConfig", "ServerOptimizerSection",
     # Defined here.
     "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES", "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES",
     "IIDPartition", "DirichletPartition", "DirichletByClassPartition", "ShardsPartition", "PathologicalPartition",
@@ -289,12 +291,21 @@ class CKAAnalysis(StrictModel):
 
 
 class AlgorithmConfig(BaseModel):
-    """An algorithm name and its typed hyper-parameters (validated by the loader)."""
+    """An algorithm name and its typed hyper-parameters (validated by the loader), and the
+    optional server optimizer applied to its server step
+    (:mod:`fedclock.algorithms.server_optimizers`)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     name: str
     params: SerializeAsAny[BaseModel]
+    server_optimizer: ServerOptimizerConfig | None = None
+
+
+class ServerOptimizerSection(StrictModel):
+    """``algorithm.server_optimizer`` on its own, as the loader validates it."""
+
+    server_optimizer: ServerOptimizerConfig
 
 
 def evaluation_problem(scenario: "Scenario") -> str | None:
