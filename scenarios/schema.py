@@ -228,7 +228,8 @@ class DatasetConfig(StrictModel):
         return self
 
 
-ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn"]
+ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn",
+                       "leaf_cnn", "char_lstm"]
 
 
 class ModelConfig(StrictModel):
