@@ -34,9 +34,11 @@ import numpy as np
 import torch
 
 from fedclock.scenarios.datasets import Dataset, DatasetError, data_root
+from fedclock.scenarios.fedscale_csv import read_fedscale_csv
 from fedclock.scenarios.leaf import read_leaf
 from fedclock.scenarios.leaf_generate import write_leaf
 from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.tff_h5 import read_tff_h5
 from fedclock.scenarios.user_data import UserData
 
 __all__ = ["UserData", "files_root", "load_client_files", "natural_dataset"]
@@ -65,12 +67,8 @@ def _read(cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Datase
     if cfg.format == "leaf":
         users, classes = read_leaf(cfg.name, root)
     elif cfg.format == "tff_h5":
-        from fedclock.scenarios.tff_h5 import read_tff_h5
-
         users, classes = read_tff_h5(cfg.name, root)
     elif cfg.format == "fedscale_csv":
-        from fedclock.scenarios.fedscale_csv import read_fedscale_csv
-
         users, classes = read_fedscale_csv(cfg.name, root)
     else:  # pragma: no cover - the schema's literal is closed
         raise DatasetError(f"dataset.format: unknown format {cfg.format!r}")
