@@ -47,10 +47,11 @@ _STREAM_SAMPLE_CLIENTS = 0x4C454601
 
 
 def files_root(cfg: DatasetConfig) -> Path:
-    """The folder holding the files: ``dataset.root`` as given, else ``<data root>/<name>``."""
+    """The folder holding the files: ``dataset.root`` as given, else
+    ``<data root>/<name>_<format>`` (e.g. ``~/.fedclock/data/femnist_leaf``)."""
     if cfg.root is not None:
         return Path(cfg.root).expanduser()
-    return data_root(cfg) / cfg.name
+    return data_root(cfg) / f"{cfg.name}_{cfg.format}"
 
 
 def load_client_files(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
