@@ -5,8 +5,9 @@ pool tensor; a client costs its train and test index arrays. This measures, for 
 100,000 and 1,000,000 users of 2 training and 1 test sample each (60 features, LEAF
 Synthetic's shape), the bytes the built federation keeps beyond its samples, per client
 (tracemalloc: the index arrays and lists; the samples sit in torch tensors it does not
-trace), and the NumPy-side peak during the build (the pooled arrays, concatenated once); and the seconds to read a generated LEAF file of 10,000 users through the
-reader. Each size runs in a fresh child process.
+trace), and the NumPy-side peak during the build (the pooled arrays, concatenated once);
+and the seconds to read a generated LEAF file of 10,000 users through the reader. Each
+size runs in a fresh child process.
 
     python benchmarks/client_files.py [--users 10000 100000 1000000]
 """

@@ -83,7 +83,7 @@ def _image(path: Path) -> np.ndarray:
         with Image.open(path) as img:
             grey = img.convert("L")
             if grey.size != (28, 28):
-                grey = grey.resize((28, 28), Image.BILINEAR)
+                grey = grey.resize((28, 28), Image.Resampling.BILINEAR)
             return (np.asarray(grey, dtype=np.float32) / 255.0).reshape(1, 28, 28)
     except (UnidentifiedImageError, OSError) as exc:
         raise DatasetError(f"{path}: not a readable image ({type(exc).__name__})") from None

@@ -232,8 +232,9 @@ class DatasetConfig(StrictModel):
     def _client_files(self) -> "DatasetConfig":
         if self.format is None:
             if self.name in FILE_DATASETS:
+                formats = [f for f, names in FORMAT_DATASETS.items() if self.name in names]
                 raise ValueError(f"format: {self.name} is read from client files; set format "
-                                 f"(allowed: {', '.join(f for f, names in FORMAT_DATASETS.items() if self.name in names)})")
+                                 f"(allowed: {', '.join(formats)})")
             if self.generate is not None:
                 raise ValueError("generate: needs dataset.format (allowed: leaf)")
             natural = self.partition if isinstance(self.partition, NaturalPartition) else None
