@@ -38,5 +38,8 @@ class Checkpoint:
     evaluations: list[dict[str, float]] = field(default_factory=list)
     applied: list[dict[str, float]] = field(default_factory=list)
     """Training metrics of the tasks of the checkpointed ``apply`` (recorded after it)."""
+    losses: list[float | None] | None = None
+    """With a selector that reads reported losses: the ``train_loss`` of every task applied
+    so far, in the order applied (None: not logged)."""
     wall_time: float = 0.0
     """Wall-clock seconds the run had taken (a resumed run's ``wall_time`` column goes on from it)."""

@@ -34,7 +34,7 @@ class CheckpointingBackend:
 
     def __init__(self, session: Session, *, every: int | None, save: Callable[[Checkpoint], object] | None,
                  rows: Callable[[], dict[str, int]], resume: Checkpoint | None = None,
-                 on_switch: Callable[[Checkpoint], None] | None = None) -> None:
+                 on_switch: Callable[[Checkpoint], None] | None = None, log_losses: bool = False) -> None:
         self.session = session
         self.every = every
         self._save = save
@@ -49,6 +49,9 @@ class CheckpointingBackend:
         self.version = 0
         self.written: list[int] = []
         """Versions checkpointed by this backend."""
+        self.losses: list[float | None] | None = [] if log_losses else None
+        """The ``train_loss`` of every applied task, in order (for a selector that reads
+        them: the replay hands them back, :mod:`fedclock.scheduling.selection`)."""
 
     # ------------------------------------------------------------------ Backend
     def start(self, task: Task) -> None:
@@ -62,6 +65,12 @@ class CheckpointingBackend:
             version = self._resume.applies[len(self.applies)]
             for t in tasks:
                 self.running.pop(t.index, None)
+            if self.losses is not None:
+                logged = self._resume.losses or []
+                for t in tasks:
+                    loss = logged[len(self.losses)] if len(self.losses) < len(logged) else None
+                    self.losses.append(loss)
+                    t.metrics = {} if loss is None else {"train_loss": loss}
             self._log(version)
             if len(self.applies) == len(self._resume.applies):
                 self._switch(self._resume, tasks)
@@ -69,6 +78,8 @@ class CheckpointingBackend:
         version = self.session.apply(tasks)
         for t in tasks:
             self.running.pop(t.index, None)
+        if self.losses is not None:
+            self.losses.extend(_loss(t.metrics) for t in tasks)
         before = self.version
         self._log(version)
         if self.every is not None and self._save is not None and version != before and version % self.every == 0:
@@ -130,7 +141,8 @@ class CheckpointingBackend:
             tasks=[RunningTask(t.index, t.client, distinct[id(p)], st)
                    for t, (p, _), st in zip(tasks, inputs, task_states)],
             rows=self._rows(), applies=list(self.applies), evaluations=[dict(m) for m in self.evaluations],
-            applied=[{k: float(v) for k, v in t.metrics.items()} for t in applied])
+            applied=[{k: float(v) for k, v in t.metrics.items()} for t in applied],
+            losses=None if self.losses is None else list(self.losses))
 
     def _switch(self, ckpt: Checkpoint, applied: Sequence[Task]) -> None:
         """The replay reached the checkpoint: restore the actors and restart its running tasks."""
@@ -151,6 +163,11 @@ class CheckpointingBackend:
         self.replaying = False
         if self._on_switch is not None:
             self._on_switch(ckpt)
+
+
+def _loss(metrics: dict[str, float]) -> float | None:
+    loss = metrics.get("train_loss")
+    return None if loss is None else float(loss)
 
 
 def _fetch(session: Session, handles: list[Any]) -> list[Any]:

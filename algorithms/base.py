@@ -255,6 +255,11 @@ class Algorithm(ABC, Generic[P]):
     (:mod:`fedclock.algorithms.vectorized`: the class implements ``sgd_task`` and
     ``sgd_result``). Not inherited: a subclass that changes the client step declares it
     again in its own body, else it is False (set by :meth:`__init_subclass__`)."""
+    upload_is_delta: ClassVar[bool] = False
+    """True when every upload is ``{"delta": w_local - w_received}``, the change of the whole
+    flat model over the task, so ``upload.compression`` may encode it
+    (:mod:`fedclock.algorithms.compressed`). Not inherited, like ``vectorizable``: a subclass
+    that uploads anything else must not claim it."""
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised"})
     """Local objectives it trains with (``supervised``; ``simclr``/``simsiam`` through
     :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Not inherited, like ``vectorizable``:
@@ -276,7 +281,7 @@ class Algorithm(ABC, Generic[P]):
         attributes of every concrete subclass (a mistake fails at import, naming it)."""
         super().__init_subclass__(**kwargs)
         for attribute, default in (("vectorizable", False), ("objectives", frozenset({"supervised"})),
-                                   ("stateless_clients", False)):
+                                   ("stateless_clients", False), ("upload_is_delta", False)):
             if attribute not in cls.__dict__:
                 setattr(cls, attribute, default)
         lines = _docstring_lines(cls)

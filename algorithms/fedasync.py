@@ -42,6 +42,10 @@ class FedAsyncParams(AlgorithmParams):
     a: float = Field(default=0.5, ge=0, description="polynomial exponent / hinge slope")
     b: float = Field(default=4.0, ge=0, description="hinge: staleness tolerated without discount")
     rho: float = Field(default=0.0, ge=0, description="proximal weight: local loss + rho/2 ||w - w_tau||^2")
+    window: Literal["sequential", "stale_mix_mean"] = Field(
+        default="sequential", description="several arrivals in one call (a window): sequential mixes each into "
+        "the global model in turn; stale_mix_mean mixes only stale ones with the current global model, then takes "
+        "the sample-weighted mean of the call's models (the PLGA authors' FedAsync)")
 
 
 class FedAsync(Algorithm[FedAsyncParams]):
@@ -56,8 +60,18 @@ class FedAsync(Algorithm[FedAsyncParams]):
       ``a_t = alpha * S(s)`` (:func:`mixing_weight`) and ``w <- (1 - a_t) w + a_t w_new``.
       Every non-empty call yields a new version (+1) and records the last ``a_t`` in
       ``state.extra["last_mixing_weight"]``. Several arrivals in one call are mixed in
-      order, each with its own staleness, as one version. An empty call returns
-      ``(state, False)``.
+      order, each with its own staleness, as one version (``window: sequential``, the
+      default). An empty call returns ``(state, False)``.
+    * ``window: stale_mix_mean``, for the windowed async mode (one call per window): each
+      arrival with staleness ``s > 0`` is first mixed with the current global model,
+      ``w_k <- a_s w_k + (1 - a_s) w``, a punctual one (``s = 0``) is taken as it is, and the
+      new global model is the sample-weighted mean of the call's models. This is the FedAsync
+      baseline of the PLGA paper's Table 2 as its authors ran it (github.com/MondayCat/PLGA,
+      Algorithms/users/userFedAsync.py mixes a late client's model with the current global
+      at ``0.8 (delay + 1)^-0.5`` before uploading; Algorithms/servers/serverFedAsync.py
+      averages a round's uploads by sample count). Read sequentially, alpha = 0.8 would
+      leave the first arrivals of a window weights of order 0.2^k: the window collapses onto
+      its last punctual client.
     * Sample counts do not enter the rule (as in the paper).
     * Vectorized clients: supported (the client step is plain local SGD of the shared loop,
       with the proximal gradient ``rho (w - w_tau)`` when ``rho > 0``).
@@ -95,6 +109,20 @@ class FedAsync(Algorithm[FedAsyncParams]):
         p = self.params
         weights = state.tensors["weights"]
         a_t = 0.0
+        if p.window == "stale_mix_mean":
+            models, sizes = [], []
+            for arrival in arrivals:
+                local = arrival.upload["weights"].to(weights)
+                if arrival.staleness > 0:
+                    a_t = mixing_weight(p.alpha, p.staleness_fn, arrival.staleness, p.a, p.b)
+                    local = a_t * local + (1.0 - a_t) * weights
+                models.append(local)
+                sizes.append(float(max(arrival.num_samples, 0)))
+            total = sum(sizes)
+            share = [n / total for n in sizes] if total > 0 else [1.0 / len(models)] * len(models)
+            weights = sum((w * m for w, m in zip(share, models)), torch.zeros_like(weights))
+            return state.evolve(tensors={**state.tensors, "weights": weights},
+                                extra={**state.extra, "last_mixing_weight": a_t}), True
         for arrival in arrivals:
             a_t = mixing_weight(p.alpha, p.staleness_fn, arrival.staleness, p.a, p.b)
             weights = (1.0 - a_t) * weights + a_t * arrival.upload["weights"].to(weights)

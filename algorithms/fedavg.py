@@ -71,6 +71,7 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedAvgParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
     vectorizable: ClassVar[bool] = True
+    upload_is_delta: ClassVar[bool] = True
 
     @classmethod
     def vectorize_params_problem(cls, params: AlgorithmParams) -> str | None:

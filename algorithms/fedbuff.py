@@ -58,6 +58,7 @@ class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
     Params: ClassVar[type[AlgorithmParams]] = FedBuffParams
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
     vectorizable: ClassVar[bool] = True
+    upload_is_delta: ClassVar[bool] = True
 
     def init_server(self, rng: torch.Generator) -> ServerState:
         weights = self.model_factory.initial_weights(rng)

@@ -76,6 +76,7 @@ class FedNova(LocalSGDClient, Algorithm[FedNovaParams]):
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
 
     vectorizable: ClassVar[bool] = True  # the shared local SGD (LocalSGDClient)
+    upload_is_delta: ClassVar[bool] = True
 
     def sgd_result(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                    local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:

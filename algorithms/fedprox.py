@@ -45,6 +45,7 @@ class FedProx(FedAvg):
     paper: ClassVar[str] = "Li et al., Federated Optimization in Heterogeneous Networks, MLSys 2020"
     Params: ClassVar[type[AlgorithmParams]] = FedProxParams
     vectorizable: ClassVar[bool] = True
+    upload_is_delta: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:

@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field
 
-from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, ServerState, \
-    Tensors
+from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
+    ServerState, Tensors, evaluate_flat
 from fedclock.algorithms.similarity import ModelStages, cosine, leap_weight
 from fedclock.algorithms.spfl import SPFL_PAPER
 from fedclock.algorithms.training import delta_result, train_from
@@ -25,6 +25,11 @@ class PLGAParams(AlgorithmParams):
                             "of with one whole-model weight (eq 12)")
     max_staleness: int = Field(default=16, ge=1, description="global models kept for the leap; an arrival "
                                "staler than this is ignored")
+    taylor: bool = Field(default=True, description="the leap's first-order Taylor term S~ d*d*(w^tau - w^t1); "
+                         "false: a straggler's model is w^tau + d (eq11) or w^t0 + d (eq10), a control")
+    train_from: Literal["global", "personal"] = Field(
+        default="global", description="PLGA: clients train from the global model w^t and the personalized model is "
+        "used only to evaluate (Alg. 2, the authors' code); personal: train from the personalized model")
 
 
 def _hist(version: int) -> str:
@@ -38,14 +43,14 @@ class LGA(ModelStages, Algorithm[PLGAParams]):
     (PLGA for asynchronous FL: Sec. 3, Algorithm 2). Meant for the windowed async
     mode (``mode: {type: async, aggregation: {window_s: ...}}``): one server round per window.
 
-    * Client ``k`` trains ``local_steps(n)`` SGD steps (lr = beta) from the model it received.
+    * Client ``k`` trains ``local_steps(n)`` SGD steps (lr = beta) from the global model it
+      received (Algorithm 2's ClientUpdate(w^t, C_k, beta)).
       Algorithm 2's "local step E" (E = 20, Sec. 4.2) is a number of mini-batch steps, not
       epochs: the authors' client runs ``local_epochs`` iterations of one batch each
       (github.com/MondayCat/PLGA, Algorithms/users/userPLGP.py at commit 8735226,
       ``train``), so the paper's files set ``local_steps: 20``
-      and uploads its update ``d = w_end - w_start``. **Resolved:** the update is measured from
-      what the client received (its personalized model under PLGA) and applied to the global
-      model ``w^{t0}`` of the version it was dispatched at, i.e. ``w_k^{t0} = w^{t0} + d``.
+      and uploads its update ``d = w_end - w_start``, applied to the global model ``w^{t0}``
+      of the version it was dispatched at: ``w_k^{t0} = w^{t0} + d``.
     * The server keeps the global models of the last ``max_staleness + 1`` versions. For an
       arrival dispatched at ``t0`` handled at version ``tau > t0`` (a straggler), with
       ``w^{t1}`` the global model of version ``t0 + 1``:
@@ -53,6 +58,14 @@ class LGA(ModelStages, Algorithm[PLGAParams]):
       eq (10): ``w_k^{tau} = w^{t0} + S~(k) d*d*(w^{tau} - w^{t1}) + d``, or
       eq (11) (default): ``w_k^{tau} = w^{tau} + S~(k) d*d*(w^{tau} - w^{t1}) + d``
       (elementwise products). A punctual arrival (``tau = t0``) is used as ``w^{t0} + d``.
+      ``taylor: false`` drops the Taylor term (``w_k^{tau} = w^{tau} + d``, or ``w^{t0} + d``
+      with eq10): the control that isolates it. The authors' live client
+      (github.com/MondayCat/PLGA, Algorithms/users/userPLGP.py, ``run``, at commit 8735226)
+      weights the term with the raw cosine ``S(k)``, not ``S~(k)`` of eq. (9), takes
+      ``w^{t1}`` as the global model it sees first after its dispatch, and applies the leap
+      only for delays above 1 (a delay of 1 uploads ``w^{tau} + d``); this class follows the
+      paper's eqs. (8)-(11). The term is small by construction: ``d*d*(w^tau - w^t1)`` is a
+      product of three model differences.
       Arrivals staler than ``max_staleness`` are ignored (counted in
       ``extra["ignored_too_stale"]``).
     * ``w^{tau+1}`` = equal-weight mean of the punctual models and the approximated
@@ -73,7 +86,18 @@ class LGA(ModelStages, Algorithm[PLGAParams]):
         return ServerState(tensors={"weights": w0, _hist(0): w0}, extra={"ignored_too_stale": 0})
 
     def payload_for(self, state: ServerState, client: int) -> Tensors:
-        return {"weights": state.tensors.get(f"personal{client}", state.tensors["weights"])}
+        own = state.tensors.get(f"personal{client}")
+        if own is None or not self.personalize:
+            return {"weights": state.tensors["weights"]}
+        if self.params.train_from == "personal":
+            return {"weights": own}
+        return {"weights": state.tensors["weights"], "personal": own}
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        """The client's personalized model (PLGA; the global one until it has one) on its test split."""
+        return evaluate_flat(self.workspace, self.model_factory, payload.get("personal", payload["weights"]),
+                             data.x_test, data.y_test, batch_size)
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
@@ -85,6 +109,8 @@ class LGA(ModelStages, Algorithm[PLGAParams]):
         """The approximated straggler model ``w_k^{tau}`` (eq. 10 or 11)."""
         weight = leap_weight(cosine(w_t1 - w_t0, d))
         base = w_t0 if self.params.leap == "eq10" else w_tau
+        if not self.params.taylor:
+            return base + d
         return base + weight * d * d * (w_tau - w_t1) + d
 
     def personal_model(self, w_t0: torch.Tensor, w_t1: torch.Tensor, d: torch.Tensor, w_k: torch.Tensor,
@@ -145,9 +171,15 @@ class PLGA(LGA):
     ``w^{tau}`` is the global model of round ``tau`` *before* the aggregation: Algorithm 2
     applies (8), (13), (11), (14) in sequence and only then aggregates. For a punctual client
     (``t0 = tau``) the last term vanishes and ``t1`` is the model the aggregation produces
-    (the only later global model there is), so ``w_kp = w^{t0} + (1 - S~) d``. ``k``
-    receives ``w_kp`` on its next dispatch and is evaluated with it (personalized accuracy);
-    clients never aggregated get the global model. The global accuracy is the global model's.
+    (the only later global model there is), so ``w_kp = w^{t0} + (1 - S~) d``. ``k`` is
+    evaluated with ``w_kp`` (personalized accuracy; clients never aggregated with the global
+    model) but trains from the global model ``w^t``, as Algorithm 2's ClientUpdate(w^t, ...)
+    and the authors' client do (``train_from: global``, default; ``train_from: personal``
+    trains from ``w_kp`` instead, the reading this library used before). The authors' live
+    client computes no personalized model at all (its lines are commented out and it tests
+    its locally trained model; github.com/MondayCat/PLGA, Algorithms/users/userPLGP.py at
+    commit 8735226), so eq. (12)-(14) here follow the paper. The global accuracy is the
+    global model's.
     """
 
     name: ClassVar[str] = "plga"

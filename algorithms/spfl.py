@@ -31,6 +31,9 @@ class SPFLParams(AlgorithmParams):
     alpha: float = Field(default=0.01, gt=0, description="server learning rate of eq. (7); used only with "
                          "server_step: eq7")
     gamma: int = Field(default=10, ge=1, description="Gamma: model updates between two similarity refreshes")
+    similarity_weights: Literal["sngs", "uniform"] = Field(
+        default="sngs", description="sngs: the softmax-normalized gradient similarity rows (eq. 6); uniform: 1/M for "
+        "each of the round's M arrivals, a control that isolates SNGS from the twice local update")
     finetune_steps: int = Field(default=0, ge=0, description="SGD steps each client runs on its train split "
                                 "before its personalized test (0: no fine-tuning)")
     finetune_lr: float | None = Field(default=None, gt=0, description="fine-tuning step (default: lr = beta)")
@@ -108,14 +111,25 @@ class SPFL(ModelStages, Algorithm[SPFLParams]):
       participation the paper's softmax over all clients) and
 
       - ``server_step: code`` (default): ``w_{s,i} <- w_{s,i} - sum_j S~_s(i, j) g_{s,j}``.
-        The authors' code adds the softmax-weighted client updates with neither alpha nor
-        ``|D_j| / |D|`` (aggregation_v4_1_1.py, ``aggregation_op_v4``: the new model is the
-        last one plus ``sum_j S~(i, j) (w_j^end - w_j^start)``). Taken literally, eq. (7) with
+        No alpha and no ``|D_j| / |D|``, as in the authors' code, which however agrees with
+        this rule only in part (SPFL/aggregation_utils/aggregation_v4_1_1.py):
+        ``aggregation_op_v4`` adds ``sum_j S~(i, j) (w_j^end - w_j^start)`` to the last model
+        on every layer, but no experiment script reaches it (it is behind
+        ``get_aggregation_result_v3``, which nothing calls); the script
+        experiment_fed_persional_comperssion_v9_3_2.py calls ``aggregation_op_v5``, the same
+        rule on the base layers with the head (``fc2``) kept local (identity weights: each
+        client adds only its own head update), and v9_1_1.py calls ``aggregation_op_v2``,
+        which fuses the trained *models* with the softmax rows (SPFL-w's rule). This class
+        applies the rule of ``aggregation_op_v4`` to every stage, head included. Taken
+        literally, eq. (7) with
         alpha = 0.01 and weights summing to about 1/N moves a model by ~0.001 of one local
         update per round, which no run of the paper's length can turn into its accuracies;
         this reading is the one that reaches the paper's regime.
       - ``server_step: eq7``: ``w_{s,i} <- w_{s,i} - alpha sum_j (|D_j| / |D|) S~_s(i, j)
         g_{s,j}`` with ``|D| = sum_j |D_j|`` over the arrivals (eq. 7 literally; an ablation).
+      - ``similarity_weights: uniform`` replaces every row of ``S~_s`` by ``1/M`` over the
+        round's M arrivals (a control the paper lacks: SNGS off, the twice local update and
+        everything else kept; every personalized model then moves by the same mean update).
     * Global (server) accuracy: ``w_bar`` on the global test set. Personalized accuracy: ``w_i``
       on client ``i``'s test split, optionally after ``finetune_steps`` SGD steps (``finetune_lr``,
       ``finetune_batch_size``) on its train split with batches drawn from a generator seeded by
@@ -225,7 +239,10 @@ class SPFL(ModelStages, Algorithm[SPFLParams]):
         else:
             scale = torch.ones(len(regular))
         for stage, idx in self.stages.items():
-            weights = row_softmax(self.similarity(probe, stage, targets, cols))
+            if self.params.similarity_weights == "uniform":
+                weights = torch.full((len(targets), len(cols)), 1.0 / len(cols))
+            else:
+                weights = row_softmax(self.similarity(probe, stage, targets, cols))
             if self.fuse_weights:
                 models[:, idx] = weights @ uploads[:, idx]
             else:

@@ -89,6 +89,8 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str)
         "rows": ckpt.rows, "applies": ckpt.applies, "evaluations": ckpt.evaluations,
         "applied": ckpt.applied, "wall_time": ckpt.wall_time,
     }
+    if ckpt.losses is not None:  # a selector reads reported losses (fedclock.scheduling.selection)
+        meta["losses"] = ckpt.losses
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / str(ckpt.version)
@@ -160,7 +162,8 @@ def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Ch
             applies=[int(v) for v in meta["applies"]],
             evaluations=[{str(k): float(v) for k, v in m.items()} for m in meta["evaluations"]],
             applied=[{str(k): float(v) for k, v in m.items()} for m in meta["applied"]],
-            wall_time=float(meta["wall_time"]))
+            wall_time=float(meta["wall_time"]),
+            losses=None if meta.get("losses") is None else [None if v is None else float(v) for v in meta["losses"]])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{folder}/meta.json: malformed ({type(exc).__name__}: {exc})") from None
 

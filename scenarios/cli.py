@@ -7,6 +7,7 @@
     fedclock list algorithms|models|datasets|scenarios
     fedclock plot DIR [--out DIR]
     fedclock compare DIR... [--target ACC ...] [--metric global|personal] [--per-seed] [--out DIR]
+    fedclock traces convert IN OUT [--clients N] [--until-s S]
     fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR]
 
 FILE is a path, or the name of a shipped scenario (``quickstart``,
@@ -92,6 +93,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="one row per seed directory instead of mean ± std per run")
     cmp.add_argument("--out", type=Path, default=None,
                      help="where compare.parquet/.csv go (default: DIR when one is given, else the current folder)")
+    traces = sub.add_parser("traces", help="trace files: convert FedScale's device files to fedclock's Parquet traces")
+    traces_sub = traces.add_subparsers(dest="traces_command", required=True)
+    convert = traces_sub.add_parser("convert", help="FedScale client_device_capacity or client_behave_trace (pickle) "
+                                    "-> device or availability trace (Parquet)")
+    convert.add_argument("source", type=Path, metavar="IN")
+    convert.add_argument("target", type=Path, metavar="OUT")
+    convert.add_argument("--clients", type=int, default=None, metavar="N",
+                         help="deal the file's entries to clients 0..N-1 (cycling; default: one client per entry)")
+    convert.add_argument("--until-s", type=float, default=None, metavar="S",
+                         help="behaviour traces: write the repeating intervals out over [0, S) (default: one "
+                         "finish_time)")
     rep = sub.add_parser("reproduce", help="run a paper family's claims on paired seeds and write its report "
                          "(docs/reproductions/FAMILY.md)")
     rep.add_argument("family", help="a shipped claim set (scenarios/reproductions/FAMILY.yaml) or a claim file's path")
@@ -103,6 +115,21 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--report", type=Path, default=None,
                      help="where FAMILY.md and its PNGs go (default: docs/reproductions)")
     return parser
+
+
+def _convert_trace(source: Path, target: Path, clients: int | None, until_s: float | None) -> int:
+    """``fedclock traces convert``: one line saying what was written."""
+    from fedclock.scheduling.traces import TraceError, convert_fedscale
+
+    if clients is not None and clients < 1:
+        raise UsageError(f"traces convert --clients: must be >= 1 (got {clients})")
+    if until_s is not None and not until_s > 0:
+        raise UsageError(f"traces convert --until-s: must be > 0 (got {until_s:g})")
+    try:
+        print(convert_fedscale(source, target, clients, until_s))
+    except TraceError as exc:
+        raise UsageError(f"traces convert: {exc}") from None
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plot(args.dir, args.out, args.max_clients)
         if args.command == "compare":
             return _compare(args.dirs, args.targets, args.out, args.metric, args.per_seed)
+        if args.command == "traces":
+            return _convert_trace(args.source, args.target, args.clients, args.until_s)
         if args.command == "reproduce":
             return _reproduce(args)
         overrides = list(args.overrides)

@@ -61,7 +61,8 @@ __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "dat
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                                   "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                                  "femnist", "shakespeare", "synthetic_leaf")
+                                  "femnist", "shakespeare", "synthetic_leaf",
+                                  "mnist1d")
 
 DATASET_SUMMARIES: dict[str, str] = {
     "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
@@ -82,6 +83,7 @@ DATASET_SUMMARIES: dict[str, str] = {
     "shakespeare": "client files (format leaf or tff_h5): Shakespeare, one client per speaking role, 80-character "
                    "windows, next-character targets over LEAF's 80 letters",
     "synthetic_leaf": "client files (format leaf): LEAF's Synthetic data set, one client per user, vectors",
+    "mnist1d": "MNIST-1D: 40-long 1-D digit signals, generated locally (mnist1d package, no download), 10 classes",
 }
 
 # Fixed stream ids: each random use gets its own generator seeded by (seed, stream).
@@ -139,6 +141,8 @@ def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
         return _synthetic(cfg, seed, num_clients)
     if cfg.name == "digits":
         return _digits(cfg, seed)
+    if cfg.name == "mnist1d":
+        return _mnist1d(cfg, seed)
     root = data_root(cfg)
     if cfg.name in ("mnist", "fashion_mnist", "emnist"):
         x_tr, y_tr, x_te, y_te, classes = _load_idx_family(cfg, root)
@@ -286,6 +290,24 @@ def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
     labels = torch.from_numpy(y.astype(np.int64))
     train, test = torch.from_numpy(~is_test), torch.from_numpy(is_test)
     return _finish_images(cfg, seed, images[train], labels[train], images[test], labels[test], 10, scale=16.0)
+
+
+# --------------------------------------------------------------------------- MNIST-1D
+def _mnist1d(cfg: DatasetConfig, seed: int) -> Dataset:
+    """MNIST-1D vectors (N, 40), generated locally (:mod:`fedclock.scenarios.mnist1d`), used as
+    generated (the package standardizes them); ``max_train_samples`` subsamples the pool."""
+    from fedclock.scenarios.mnist1d import load_mnist1d
+
+    if cfg.image_size is not None:
+        raise DatasetError("dataset.image_size: mnist1d samples are 1-D signals, not images; remove image_size")
+    raw = load_mnist1d(cfg.mnist1d_samples, cfg.global_test_fraction, data_root(cfg))
+    x_tr, y_tr = torch.from_numpy(raw["x_train"]), torch.from_numpy(raw["y_train"])
+    if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_tr):
+        keep = torch.from_numpy(np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_tr), cfg.max_train_samples,
+                                                                             replace=False)))
+        x_tr, y_tr = x_tr[keep], y_tr[keep]
+    return Dataset(cfg.name, x_tr.contiguous(), y_tr, torch.from_numpy(raw["x_test"]).contiguous(),
+                   torch.from_numpy(raw["y_test"]), 10, None)
 
 
 # --------------------------------------------------------------------------- synthetic

@@ -12,6 +12,7 @@ import torch
 from fedclock.actors.replay import CheckpointingBackend
 from fedclock.actors.runtime import Runtime, ServerLost, Session
 from fedclock.algorithms.base import Algorithm
+from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
@@ -20,10 +21,12 @@ from fedclock.scenarios.plugins import PluginError, algorithm_class, model_build
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
 from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, fingerprint,
                                             latest_checkpoint, write_checkpoint)
+from fedclock.scenarios.participation import Participation
 from fedclock.scenarios.results import ResultsWriter, resolved_dict
+from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import AsyncMode, Scenario
 from fedclock.scheduling.availability import population_availability
-from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
+from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.population import client_classes
 from fedclock.scheduling.devices import Devices, task_timing
 from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
@@ -76,7 +79,11 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     algorithm = algorithm_class(scenario.algorithm.name)(scenario.algorithm.params, factory)
     algorithm.num_clients = scenario.population.num_clients
     algorithm.server_optimizer = scenario.algorithm.server_optimizer
-    return algorithm
+    codec = scenario.upload.compression
+    problem = codec.size_problem(factory.num_params) if codec is not None and codec.type == "top_k" else None
+    if problem:
+        raise PluginError(f"upload.compression: {problem}")
+    return with_links(algorithm, scenario.upload, scenario.download)
 
 
 def describe_availability(scenario: Scenario) -> list[str]:
@@ -169,6 +176,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     writer.client_results = lambda: session.client_results
+    writer.participation = Participation(federation.client_sizes())
+    selector = build_selector(scenario.selection, seed)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
         writer.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
@@ -191,13 +200,15 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                                       save=lambda ckpt: write_checkpoint(
                                           out_dir, replace(ckpt, wall_time=writer.wall_time), mark),
                                       rows=writer.row_counts,
-                                      resume=checkpoint, on_switch=switched)
+                                      resume=checkpoint, on_switch=switched,
+                                      log_losses=selector is not None and selector.reads_loss)
         backend = replay
     clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
                   costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
                   backend=backend, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
-                  stateless_clients=algorithm.stateless_clients)
+                  stateless_clients=algorithm.stateless_clients, selector=selector,
+                  disclose=scenario.selection.disclose)
     reason = clock.run()
     if replay is not None:
         replay.finished()
@@ -248,4 +259,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "bytes_down": np.bincount(client, weights=ev["bytes_down"], minlength=n).astype(np.int64),
         "bytes_up": np.bincount(client, weights=ev["bytes_up"], minlength=n).astype(np.int64),
         "tasks_lost": count(status == LOST), "tasks_timed_out": count(status == TIMED_OUT),
+        "tasks_cancelled": count(status == CANCELLED),
     }

@@ -29,11 +29,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from fedclock.algorithms.compressed import links_problem
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.plugins import PluginError, algorithm_class, find, from_object
+from fedclock.scenarios.selection_config import resolve_selection, selection_problem
 from fedclock.scenarios.datasets import DATASET_NAMES, check_loader
 from fedclock.scenarios.schema import AlgorithmConfig, Scenario, ServerOptimizerConfig, ServerOptimizerSection
 
@@ -306,10 +308,18 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
         raise ScenarioError(f"{where}: algorithm.objective: algorithm {name!r} does not train with {objective!r} "
                             f"(allowed: {', '.join(sorted(cls.objectives))})")
     data["algorithm"] = AlgorithmConfig(name=name, params=params, server_optimizer=server_optimizer)
+    if "selection" in data:
+        try:
+            data["selection"] = resolve_selection(data["selection"], base_dir, format_error)
+        except ValueError as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
     try:
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
+    problem = selection_problem(scenario.selection, scenario.mode)
+    if problem:
+        raise ScenarioError(f"{where}: {problem}")
     if scenario.mode.type not in cls.modes:
         allowed = ", ".join(sorted(cls.modes))
         raise ScenarioError(f"{where}: mode.type: algorithm {name!r} does not run in {scenario.mode.type} mode "
@@ -321,7 +331,8 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None) -> S
             if cfg is not None and cfg.type != "full":
                 raise ScenarioError(f"{where}: {field}.type: algorithm {name!r} always runs its full local work "
                                     f"(allowed: full; got {cfg.type!r})")
-    problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis)
+    problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis) or \
+        links_problem(cls, scenario.upload, scenario.download, scenario.runtime.vectorize)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     if scenario.runtime.vectorize > 1:

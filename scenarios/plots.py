@@ -21,7 +21,10 @@ Written into ``DIR/plots`` (or ``--out``):
   ``clients.parquet`` is present;
 * ``staleness.png``: histogram of the staleness of applied uploads, one outline per run;
 * ``bytes_per_client.png``: megabytes downloaded and uploaded by each client, per run (bars,
-  or lines beyond ``max_clients`` clients).
+  or lines beyond ``max_clients`` clients);
+* ``participation.png``: each client's participation (tasks dispatched to it, ``tasks`` of
+  ``clients.parquet``) against its device's compute speed (log scale), one colour per run,
+  with the run's Jain fairness index of participation in the legend: who a selector favours.
 
 matplotlib runs with the Agg backend (no display needed).
 """
@@ -67,6 +70,9 @@ def plot_runs(runs: Sequence[RunResults], out_dir: Path, max_clients: int = 60) 
     if with_events:
         written.append(_save(staleness_figure(with_events), out_dir / "staleness.png"))
         written.append(_save(bytes_figure(with_events, max_bars=max_clients), out_dir / "bytes_per_client.png"))
+    with_clients = [r for r in runs if r.clients is not None and {"tasks", "compute"} <= set(r.clients.columns)]
+    if with_clients:
+        written.append(_save(participation_figure(with_clients), out_dir / "participation.png"))
     return written
 
 
@@ -302,4 +308,28 @@ def bytes_figure(runs: Sequence[RunResults], max_bars: int = 60) -> Figure:
     fig.suptitle("bytes moved per client")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(3, len(per_run)),
                fontsize=8, frameon=False)
+    return fig
+
+
+# --------------------------------------------------------------------------- participation
+def participation_figure(runs: Sequence[RunResults]) -> Figure:
+    """Tasks per client against the client's compute speed (log x), one colour per run."""
+    from fedclock.scenarios.participation import jain_index
+
+    fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = ["o", "s", "^", "D", "v", "P", "X"]
+    for i, run in enumerate(runs):
+        table = run.clients
+        assert table is not None
+        tasks = table["tasks"].to_numpy(float)
+        ax.scatter(table["compute"].to_numpy(float), tasks, s=18, alpha=0.7, color=colors[i % len(colors)],
+                   marker=markers[(i // len(colors)) % len(markers)],
+                   label=f"{_label(run)}: Jain {jain_index(tasks):.2f}")
+    ax.set_xscale("log")
+    ax.set_xlabel("compute speed of the client's device (log scale)")
+    ax.set_ylabel("tasks dispatched to the client")
+    ax.set_title("participation per client vs device speed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return fig

@@ -1,14 +1,14 @@
 """A researcher's own algorithm, model or dataset, named in a scenario file.
 
-Three ways to name one, tried in this order (``kind`` is ``algorithm``, ``model`` or
-``dataset``; the field is ``<kind>.name``):
+Three ways to name one, tried in this order (``kind`` is ``algorithm``, ``model``,
+``dataset`` or ``selection``; the field is ``<kind>.name``):
 
 1. a shipped name (``fedavg``, ``mlp``, ``digits``): resolved by the caller, not here;
 2. ``module:attribute`` (the convention of entry points): the module is looked for beside
    the scenario file first (``my_algos.py`` or a package folder ``my_algos/``), then on the
    Python path; ``attribute`` may be dotted (``Outer.Inner``);
 3. a name an installed package registers in the entry-point group ``fedclock.algorithms``,
-   ``fedclock.models`` or ``fedclock.datasets`` (``[options.entry_points]`` of its
+   ``fedclock.models``, ``fedclock.datasets`` or ``fedclock.selectors`` (``[options.entry_points]`` of its
    ``setup.cfg``, or ``[project.entry-points."fedclock.algorithms"]`` in ``pyproject.toml``).
 
 A wrong reference is the user's mistake: :class:`PluginError`, one line naming the field
@@ -41,9 +41,11 @@ from typing import Any, Sequence
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS, algorithm_names
+from fedclock.scheduling.selection import Selector
 
-KINDS = ("algorithm", "model", "dataset")
-GROUPS = {"algorithm": "fedclock.algorithms", "model": "fedclock.models", "dataset": "fedclock.datasets"}
+KINDS = ("algorithm", "model", "dataset", "selection")
+GROUPS = {"algorithm": "fedclock.algorithms", "model": "fedclock.models", "dataset": "fedclock.datasets",
+          "selection": "fedclock.selectors"}
 """Entry-point group of each kind."""
 
 _REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -137,6 +139,10 @@ def check(kind: str, name: str, obj: Any) -> None:
         if inspect.isabstract(obj):
             missing = ", ".join(sorted(obj.__abstractmethods__))
             raise PluginError(f"{field}: {name} does not implement the hooks {missing}")
+    elif kind == "selection":
+        if not (isinstance(obj, type) and issubclass(obj, Selector)) or obj.select is Selector.select:
+            raise PluginError(f"{field}: {name} is not a subclass of fedclock.scheduling.selection.Selector with its "
+                              f"own select(view, candidates, k) (got {_describe(obj)})")
     elif not callable(obj):
         what = "(input_shape, num_classes) -> nn.Module" if kind == "model" else \
             "() -> mapping with x_train, y_train, x_test, y_test"

@@ -254,7 +254,7 @@ def source_commit() -> str:
     try:
         head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=10", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "diff", "--quiet", "HEAD", "--", "."],
+        dirty = subprocess.run(["git", "-C", str(here), "diff", "--quiet", "HEAD"],  # tracked files of the repo
                                capture_output=True, check=False).returncode != 0
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"

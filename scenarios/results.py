@@ -37,9 +37,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from fedclock.scenarios.participation import Participation
 from fedclock.scenarios.schema import Scenario
+from fedclock.scenarios.selection_config import selection_dict
 from fedclock.scenarios.tensorboard import TensorBoardScalars
-from fedclock.scheduling.clock import APPLIED, DROPPED, LOST, TIMED_OUT, Task
+from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Task
 
 EVENTS_SCHEMA = pa.schema([
     ("task", pa.int64()), ("client", pa.int64()), ("client_task", pa.int64()), ("round", pa.int64()),
@@ -58,6 +60,8 @@ METRICS_SCHEMA = pa.schema([
     ("personal_accuracy_p90", pa.float64()),
     ("tasks_applied", pa.int64()), ("tasks_dropped", pa.int64()), ("bytes_total", pa.int64()),
     ("dp_epsilon", pa.float64()), ("dp_delta", pa.float64()), ("dp_uploads_max", pa.int64()),
+    ("participation_jain", pa.float64()), ("never_picked_fraction", pa.float64()),
+    ("data_seen_fraction", pa.float64()), ("wasted_compute_s", pa.float64()), ("tasks_cancelled", pa.int64()),
 ])
 
 CLIENTS_SCHEMA = pa.schema([
@@ -66,7 +70,7 @@ CLIENTS_SCHEMA = pa.schema([
     ("availability", pa.string()), ("device_class", pa.string()), ("tags", pa.list_(pa.string())),
     ("tasks", pa.int64()), ("tasks_applied", pa.int64()),
     ("tasks_dropped", pa.int64()), ("busy_s", pa.float64()), ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
-    ("tasks_lost", pa.int64()), ("tasks_timed_out", pa.int64()),
+    ("tasks_lost", pa.int64()), ("tasks_timed_out", pa.int64()), ("tasks_cancelled", pa.int64()),
 ])
 
 CLIENT_METRICS_SCHEMA = pa.schema([
@@ -167,10 +171,12 @@ def read_rows(path: Path) -> pa.Table:
 
 def resolved_dict(scenario: Scenario) -> dict[str, Any]:
     """The scenario with every default filled in, in the file format (loadable again)."""
-    data = scenario.model_dump(mode="json", exclude={"algorithm"})
+    data = scenario.model_dump(mode="json", exclude={"algorithm", "selection"})
     data["algorithm"] = {"name": scenario.algorithm.name, **scenario.algorithm.params.model_dump(mode="json")}
     if scenario.algorithm.server_optimizer is not None:
         data["algorithm"]["server_optimizer"] = scenario.algorithm.server_optimizer.model_dump(mode="json")
+    if not (scenario.selection.is_uniform and not scenario.selection.disclose):  # the default section is left out
+        data["selection"] = selection_dict(scenario.selection)
     return data
 
 
@@ -183,6 +189,7 @@ class RunTotals:
     unfinished: int = 0
     lost: int = 0
     timed_out: int = 0
+    cancelled: int = 0
     bytes_total: int = 0
     staleness_sum: int = 0
 
@@ -207,6 +214,8 @@ class ResultsWriter:
         self.timeline = Table(out_dir / "timeline.parquet", TIMELINE_SCHEMA, journal=True)
         self.client_metrics = (Table(out_dir / "client_metrics.parquet", CLIENT_METRICS_SCHEMA, journal=True)
                                if scenario.evaluation.per_client else None)
+        self.participation: Participation | None = None
+        """Participation counts (:mod:`fedclock.scenarios.participation`), once the run sets them."""
         self.client_results: Callable[[], Sequence[Any]] | None = None
         """With ``evaluation.per_client``: each client's result of the evaluation just made (an
         :class:`~fedclock.algorithms.base.EvalResult` per client, in client order)."""
@@ -248,6 +257,8 @@ class ResultsWriter:
             "steps": int(task.metrics["steps"]) if "steps" in task.metrics else task.steps,
             "steps_full": task.steps_full,
         })
+        if self.participation is not None:
+            self.participation.ended(task)
         totals = self.totals
         if task.status == APPLIED:
             totals.applied += 1
@@ -257,6 +268,9 @@ class ResultsWriter:
             totals.dropped += int(task.status == DROPPED)
             totals.timed_out += int(task.status == TIMED_OUT)
             totals.bytes_total += task.bytes_down + task.bytes_up
+        elif task.status == CANCELLED:
+            totals.cancelled += 1
+            totals.bytes_total += task.bytes_down
         else:
             totals.lost += int(task.status == LOST)
             totals.unfinished += int(task.status != LOST)
@@ -266,7 +280,8 @@ class ResultsWriter:
     def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None:
         row = {"virtual_time": now, "wall_time": self.wall_time, "version": version, "round": round_index, **metrics,
                "tasks_applied": self.totals.applied, "tasks_dropped": self.totals.dropped,
-               "bytes_total": self.totals.bytes_total}
+               "bytes_total": self.totals.bytes_total,
+               **(self.participation.row() if self.participation is not None else {})}
         self.metrics.append(row)
         if not self.muted:  # a resumed run's replay computes nothing; its rows come back from disk
             if self.client_metrics is not None and self.client_results is not None:

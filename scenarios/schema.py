@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
                                             RuntimeConfig)
+from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
                                                      MarkovOnOff, PeriodicMissing, TraceAvailability, TracePath)
 from fedclock.scheduling.completeness_connectivity import (BetaFraction, ChoiceFraction, CompletenessConfig,
@@ -30,6 +31,7 @@ from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceD
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRange, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
 from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
+from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
 from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
                                                  OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
@@ -44,7 +46,8 @@ __all__ = [
     "TimeBudget", "UniformFraction", "UnitFraction", "can_lose", "ChoiceDist", "ConstantDist", "DeviceDistributions",
     "Distribution", "LogNormalDist", "LogUniformDist", "UniformDist", "Fraction", "NonNegativeFloat", "OrderedRange",
     "PositiveFloat", "StrictModel", "AsyncMode", "ModeConfig", "StopConfig", "SyncMode", "WindowAggregation",
-    "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup", "CohortEvent",
+    "SelectionConfig", "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup",
+    "CohortEvent",
     "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
     "TimelineEvent", "timeline_problem",
     "ServerOptimizerConfig", "ServerOptimizerSection", "FileFormat", "FORMAT_DATASETS", "FILE_DATASETS",
@@ -153,7 +156,7 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                       "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                      "femnist", "shakespeare", "synthetic_leaf"]
+                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d"]
 
 FileFormat = Literal["leaf", "tff_h5", "fedscale_csv"]
 """Published client-file formats (:mod:`fedclock.scenarios.client_files`)."""
@@ -211,6 +214,8 @@ class DatasetConfig(StrictModel):
     synthetic_features: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_FEATURES)] = 60
     synthetic_classes: Annotated[int, Field(ge=2, le=MAX_SYNTHETIC_FEATURES)] = 10
     synthetic_samples: Annotated[int, Field(ge=10, le=MAX_SYNTHETIC_SAMPLES)] = 20000
+    mnist1d_samples: Annotated[int, Field(ge=20, le=200_000)] = Field(
+        default=10_000, description="mnist1d: samples generated (global_test_fraction of them form the test set)")
     max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="keep a random subset of the training pool (quick variants)")
     global_test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
@@ -399,8 +404,12 @@ class Scenario(StrictModel):
     stop: StopConfig
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    upload: UploadConfig = Field(default_factory=UploadConfig, description="compression of client updates")
+    download: DownloadConfig = Field(default_factory=DownloadConfig, description="compression of the model sent")
     output: OutputConfig = Field(default_factory=OutputConfig)
     timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
+    selection: SelectionConfig = Field(default_factory=SelectionConfig, description="who trains: {name: uniform|oort|"
+                                       "tifl|power_of_choice|fedcs|module:attribute, ...settings}")
     analysis: CKAAnalysis | None = Field(default=None, description="post-run analysis: cka")
     reproduces: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="what the file reproduces: '<paper short name>, <Table/Figure>' (shown by "

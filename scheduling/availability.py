@@ -20,7 +20,8 @@ import numpy as np
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
                                                      MarkovOnOff, PeriodicMissing, TraceAvailability)
 from fedclock.scheduling.population import PopulationConfig
-from fedclock.scheduling.traces import read_availability_trace
+from fedclock.scheduling.fedscale_traces import is_pickle, unrolled
+from fedclock.scheduling.traces import read_availability_trace, read_fedscale_availability
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 
@@ -159,10 +160,48 @@ class TraceReplay:
         return False, self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
 
 
+class RepeatingTrace:
+    """Online during the given intervals of ``[0, period)``, repeated every ``period``
+    seconds (FedScale's behaviour traces, :mod:`fedclock.scheduling.fedscale_traces`). An
+    interval that ends a period and one that starts the next are one online stretch."""
+
+    def __init__(self, intervals: list[tuple[float, float]], period: float) -> None:
+        self.intervals = intervals
+        self.period = period
+        self._window: tuple[float, TraceReplay] | None = None
+
+    def _replay(self, now: float) -> TraceReplay:
+        """Exact intervals over the three periods from the one holding ``now`` (enough to find
+        the next change, which lies within the next period unless always online)."""
+        base = math.floor(now / self.period) * self.period
+        if self._window is None or self._window[0] != base:
+            spans = [(base + s, base + e) for s, e in unrolled(self.intervals, self.period, 3 * self.period)]
+            self._window = (base, TraceReplay(spans))
+        return self._window[1]
+
+    def available(self, now: float, round_index: int) -> bool:
+        return self.state(now)[0]
+
+    def next_change(self, now: float) -> float:
+        return self.state(now)[1]
+
+    def state(self, now: float) -> tuple[bool, float]:
+        """``(available(now, ...), next_change(now))`` in one step."""
+        if not self.intervals:
+            return False, math.inf
+        if self.intervals == [(0.0, self.period)]:
+            return True, math.inf
+        return self._replay(now).state(now)
+
+
+FedScaleEntries = list[tuple[list[tuple[float, float]], float]]
+
+
 def make_availability(cfg: AvailabilityConfig, seed: int, client: int,
-                      traces: dict[Path, dict[int, list[tuple[float, float]]]] | None = None) -> Availability:
-    """The availability model of one client (``traces``: availability traces already read,
-    by path, so a file shared by many clients is read once)."""
+                      traces: dict[Path, dict[int, list[tuple[float, float]]]] | None = None,
+                      fedscale: dict[Path, FedScaleEntries] | None = None) -> Availability:
+    """The availability model of one client (``traces`` and ``fedscale``: availability
+    traces already read, by path, so a file shared by many clients is read once)."""
     if isinstance(cfg, AlwaysAvailable):
         return Always()
     if isinstance(cfg, PeriodicMissing):
@@ -173,6 +212,10 @@ def make_availability(cfg: AvailabilityConfig, seed: int, client: int,
         phase = cfg.phase_s if cfg.phase_s is not None else \
             float(numpy_rng(seed, Stream.AVAILABILITY, client).uniform(0.0, cfg.period_s))
         return Diurnal(cfg.period_s, cfg.on_fraction, phase)
+    if isinstance(cfg, TraceAvailability) and is_pickle(cfg.path):
+        entries = fedscale[cfg.path] if fedscale is not None and cfg.path in fedscale else \
+            read_fedscale_availability(cfg.path)
+        return RepeatingTrace(*entries[client % len(entries)])
     if isinstance(cfg, TraceAvailability):
         table = traces[cfg.path] if traces is not None and cfg.path in traces else read_availability_trace(cfg.path)
         if client not in table:
@@ -190,11 +233,16 @@ def population_availability(population: PopulationConfig, seed: int) -> list[Ava
                 per_client[cid] = group.availability
     shared_always = Always()
     traces: dict[Path, dict[int, list[tuple[float, float]]]] = {}
+    fedscale: dict[Path, FedScaleEntries] = {}
     for cfg in [population.availability, *per_client.values()]:
-        if isinstance(cfg, TraceAvailability) and cfg.path not in traces:
-            traces[cfg.path] = read_availability_trace(cfg.path)
+        if isinstance(cfg, TraceAvailability) and cfg.path not in traces and cfg.path not in fedscale:
+            if is_pickle(cfg.path):
+                fedscale[cfg.path] = read_fedscale_availability(cfg.path)
+            else:
+                traces[cfg.path] = read_availability_trace(cfg.path)
     out: list[Availability] = []
     for cid in range(population.num_clients):
         cfg = per_client.get(cid, population.availability)
-        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else make_availability(cfg, seed, cid, traces))
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable)
+                   else make_availability(cfg, seed, cid, traces, fedscale))
     return out

@@ -63,7 +63,9 @@ class DiurnalAvailability(StrictModel):
 class TraceAvailability(StrictModel):
     """Replay of an availability trace (CSV or Parquet with columns client, start, end):
     a client is online during its [start, end) intervals. Clients the file does not list are
-    offline (``missing: offline``) or always online (``missing: always``)."""
+    offline (``missing: offline``) or always online (``missing: always``). A FedScale
+    ``client_behave_trace`` pickle is read as published and repeats every ``finish_time``
+    (:mod:`fedclock.scheduling.fedscale_traces`; every client takes an entry)."""
 
     type: Literal["trace"]
     path: TracePath

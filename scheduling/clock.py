@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 
 from fedclock.scheduling.availability import Availability
-from fedclock.scheduling.candidates import idle_clients
+from fedclock.scheduling.candidates import EveryIdleClient, idle_clients
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.idle import BusyClients
@@ -41,10 +41,13 @@ from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.protocols import AsyncSlots, sync_rounds, windowed_rounds
 from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
-from fedclock.scheduling.task import APPLIED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Task, TaskCosts
+from fedclock.scheduling.selection import (ClientHistory, Disclosed, SelectionView, Selector, checked_choice,
+                                           overcommitted)
+from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Task,
+                                      TaskCosts)
 
-__all__ = ["APPLIED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Backend", "Clock", "Recorder", "Script", "Task",
-           "TaskCosts"]
+__all__ = ["APPLIED", "CANCELLED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Backend", "Clock", "Recorder",
+           "Script", "Task", "TaskCosts"]
 
 
 class Backend(Protocol):
@@ -96,7 +99,8 @@ class Clock:
                  costs: TaskCosts, mode: SyncMode | AsyncMode, stop: StopConfig, eval_every: int,
                  backend: Backend, recorder: Recorder, seed: int,
                  work_and_links: WorkAndLinks | None = None, script: Script | None = None,
-                 eval_at: Collection[int] = (), stateless_clients: bool = False) -> None:
+                 eval_at: Collection[int] = (), stateless_clients: bool = False,
+                 selector: Selector | None = None, disclose: Collection[str] = ()) -> None:
         self.kernel = Kernel()
         self.env = self.kernel.env
         self.stateless_clients = stateless_clients
@@ -151,6 +155,13 @@ class Clock:
             down_s, up_s = devices.transfer_arrays(costs.bytes_down, costs.bytes_up)
             self._down_s, self._up_s = down_s.tolist(), up_s.tolist()
             self._compute = devices.compute.tolist()
+        self.selector = selector
+        """Who trains (``selection:``); None: the uniform draws above (:mod:`fedclock.scheduling.selection`)."""
+        self.history = ClientHistory(len(devices)) if selector is not None else None
+        """What the server observed of each client (kept only for a selector)."""
+        self.disclose = frozenset(disclose)
+        self.cohort_quota: int | None = None
+        """Over-commitment: results the current sync round waits for (None: every task's)."""
 
     @property
     def rng(self) -> np.random.Generator:
@@ -209,20 +220,93 @@ class Clock:
             want = max(1, math.ceil(mode.cohort_fraction * n))
         else:
             want = n
+        quota = want
+        if mode.overcommit is not None:
+            want = overcommitted(want, mode.overcommit)
         idle = self.idle.count(self.env.now, self.round)
         if idle <= want:
-            return self.idle.at_many(range(idle))
-        return sorted(self.idle.at_many(self.rng.choice(idle, size=want, replace=False)))
+            cohort = self.idle.at_many(range(idle))
+        elif self.selector is not None:
+            cohort = self._select(idle, want, self.round)
+        else:
+            cohort = sorted(self.idle.at_many(self.rng.choice(idle, size=want, replace=False)))
+        self.cohort_quota = min(quota, len(cohort)) if mode.overcommit is not None else None
+        return cohort
 
     def pick_idle(self) -> int | None:
-        """A uniformly random idle, available client, or None."""
+        """A uniformly random idle, available client (or the selector's), or None."""
         idle = self.idle.count(self.env.now, self.version)
+        if self.selector is not None and idle > 1:
+            return self._select(idle, 1, self.version)[0]
         return self.idle.at(self._ranks.below(idle)) if idle else None
 
+    def pick_for_window(self, limit: int) -> list[int] | None:
+        """Windowed aggregation: the idle, available clients the selector sends the model to
+        at a window close (``limit`` at most), in client-id order; None without a selector
+        (the protocol then fills the slots lowest id first)."""
+        if self.selector is None:
+            return None
+        idle = self.idle.count(self.env.now, self.round)
+        if idle <= limit:
+            return self.idle.at_many(range(idle))
+        return self._select(idle, limit, self.round)
+
+    # ------------------------------------------------------------------ selection
+    def _select(self, idle: int, k: int, round_index: int) -> list[int]:
+        """``k`` (or fewer) of the ``idle`` candidates (``0 < k < idle``), by the selector."""
+        selector = self.selector
+        assert selector is not None
+        candidates = self.candidates(idle)
+        chosen = selector.select(self.selection_view(round_index), candidates, k)
+        return checked_choice(chosen, candidates, k, type(selector).__name__).tolist()
+
+    def candidates(self, idle: int) -> np.ndarray:
+        """The idle, available clients of the last count (there are ``idle``), as an array."""
+        n = len(self.devices)
+        if isinstance(self.idle, EveryIdleClient):
+            mask = np.ones(n, dtype=bool)
+            if self.busy:
+                mask[np.fromiter(self.busy.keys(), dtype=np.int64, count=len(self.busy))] = False
+            return np.flatnonzero(mask)
+        return np.asarray(self.idle.at_many(range(idle)), dtype=np.int64)
+
+    def selection_view(self, round_index: int) -> SelectionView:
+        """What the selector may see now (:class:`~fedclock.scheduling.selection.SelectionView`)."""
+        assert self.history is not None
+        sizes = np.asarray(self._client_size, dtype=np.int64) if "data_size" in self.disclose else None
+        deadline = getattr(self.mode, "deadline_s", None)
+        return SelectionView(self.history, self.env.now, round_index, self.version,
+                             self._disclosed if "resources" in self.disclose else None, data_size=sizes,
+                             deadline_s=deadline)
+
+    def _disclosed(self) -> Disclosed:
+        """The clients' resource request: their profiles now and a full task's estimated times."""
+        devices, costs = self.devices, self.costs
+        if type(devices) is Devices:
+            compute, down, up, lat = devices.compute, devices.down_mbps, devices.up_mbps, devices.latency_s
+        else:
+            profiles = [devices[c] for c in range(len(devices))]
+            compute = np.array([p.compute for p in profiles])
+            down = np.array([p.down_mbps for p in profiles])
+            up = np.array([p.up_mbps for p in profiles])
+            lat = np.array([p.latency_s for p in profiles])
+        down_s = costs.bytes_down * 8.0 / (down * 1e6) + lat
+        up_s = costs.bytes_up * 8.0 / (up * 1e6) + lat
+        sizes = np.asarray(self._client_size, dtype=np.int64)
+        unique, inverse = np.unique(sizes, return_inverse=True)
+        work = np.array([costs.work(int(u)) for u in unique])[inverse]
+        total = down_s + work / compute + up_s
+        data = sizes if "data_size" in self.disclose else None
+        return Disclosed(data_size=data, compute=compute.copy(), down_mbps=down.copy(), up_mbps=up.copy(),
+                         latency_s=lat.copy(), expected_duration_s=total, download_s=down_s + work / compute,
+                         upload_s=up_s)
+
     # ------------------------------------------------------------------ a task's life
-    def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None) -> Task:
+    def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None, start: bool = True) -> Task:
         """Send the current model to ``client``: real work starts now, the task settles at
-        now + duration (or when the server gives up on it), and then ``on_settle(task)`` runs."""
+        now + duration (or when the server gives up on it), and then ``on_settle(task)`` runs.
+        With ``start=False`` the computation is left to :meth:`start` (over-commitment starts
+        only the tasks whose results will be used)."""
         num_samples = self._client_size[client]
         client_task = self._client_tasks[client]
         costs = self.costs
@@ -252,12 +336,33 @@ class Clock:
         elif timeout is not None and timing.total_s > timeout:
             task.gives_up_at = now + timeout
         task.upload_discarded = self._upload_discarded(task)
-        if not task.lost and not self._discarded(task):  # a result never used: skip its computation
-            self.backend.start(task)
-            task.started = True
+        if start:
+            self.start(task)
+        if self.history is not None:
+            self.history.picked(client, now, self.round if isinstance(self.mode, SyncMode) or
+                                getattr(self.mode, "aggregation", None) is not None else self.version)
         self.kernel.arm(task)
         self.recorder.progress(now, self.version, len(self.in_flight))
         return task
+
+    def start(self, task: Task) -> None:
+        """Start ``task``'s computation unless it is lost or its result is known to be unused."""
+        if not task.started and not task.lost and not self._discarded(task):  # else skip its computation
+            self.backend.start(task)
+            task.started = True
+
+    def cancel(self, task: Task) -> None:
+        """Over-commitment: the server cancels ``task`` now (its round closed without it): it
+        ends ``cancelled``, its client is idle at once, and nothing it computed is kept (the
+        client's state stays as before the task)."""
+        self.in_flight.pop(task.index, None)
+        if self.busy.get(task.client) is task:
+            del self.busy[task.client]
+        self._end(task, CANCELLED, self.env.now)
+        if task.started:
+            self.backend.release(task, keep_state=False)
+        if self.history is not None:
+            self.history.cancelled[task.client] += 1
 
     def _discarded(self, task: Task) -> bool:
         """Whether ``task``'s computation is known at its dispatch to change no result, so it
@@ -290,10 +395,13 @@ class Clock:
             self.version = self.backend.apply(tasks)
         if self.script is not None and self.version != before:
             self.script.version_reached(self)
+        history = self.history
         for t in tasks:
             self.in_flight.pop(t.index, None)
             t.version_applied = self.version
             self._end(t, APPLIED, t.finishes_at)
+            if history is not None:
+                history.arrived(t.client, t.finishes_at - t.dispatched_at, t.metrics.get("train_loss"), t.num_samples)
         self.recorder.progress(self.env.now, self.version, len(self.in_flight))
         if self.version != before and (self.version % self.eval_every == 0
                                        or any(before < v <= self.version for v in self.eval_at)):
@@ -304,6 +412,8 @@ class Clock:
         the client keeps its new state."""
         self.in_flight.pop(task.index, None)
         self._end(task, DROPPED, task.finishes_at)
+        if self.history is not None:
+            self.history.arrived(task.client, task.finishes_at - task.dispatched_at, None, None)
         if task.started:
             self.backend.release(task, keep_state=True)
 
@@ -311,6 +421,8 @@ class Clock:
         """The server stops waiting for ``task`` (now, at ``task.gives_up_at``)."""
         self.in_flight.pop(task.index, None)
         self._end(task, LOST if task.lost else TIMED_OUT, self.env.now)
+        if self.history is not None:
+            (self.history.lost if task.lost else self.history.timed_out)[task.client] += 1
         self.backend.failed(task)
         if task.lost:
             if self.busy.get(task.client) is task:

@@ -107,7 +107,7 @@ class Devices:
                     rng = numpy_rng(seed, Stream.DEVICES, key, index + 1)
                     arrays[field][members] = sample(getattr(DEVICE_CLASSES[name], field), len(members), rng)
         if population.device_trace is not None:
-            trace = read_device_trace(population.device_trace)
+            trace = read_device_trace(population.device_trace, n)
             for row in trace[trace.time_s == 0].itertuples(index=False):
                 for field in DEVICE_COLUMNS:
                     value = getattr(row, field)

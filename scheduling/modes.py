@@ -24,6 +24,9 @@ class SyncMode(StrictModel):
         "that closes after it arrives")
     task_timeout_s: PositiveFloat | None = Field(
         default=None, description="the server gives up on a task not back this long after its dispatch")
+    overcommit: Annotated[float, Field(ge=1, le=10)] | None = Field(
+        default=None, description="dispatch ceil(overcommit x cohort) clients; the round closes at the cohort-th "
+        "arrival (or the deadline) and cancels the rest (their training is not computed)")
 
     @model_validator(mode="after")
     def _one_cohort_rule(self) -> "SyncMode":
@@ -31,6 +34,9 @@ class SyncMode(StrictModel):
             raise ValueError("cohort_size: set cohort_size or cohort_fraction, not both")
         if self.late_results == "include" and self.deadline_s is None:
             raise ValueError("late_results: 'include' needs deadline_s (without a deadline nothing is late)")
+        if self.late_results == "include" and self.overcommit is not None:
+            raise ValueError("late_results: 'include' does not apply with overcommit (every task not in by the close "
+                             "is cancelled); remove one of them")
         return self
 
 

@@ -24,7 +24,7 @@ from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.kernel import Arrivals, Kernel
 from fedclock.scheduling.lateness import late_map, split_due
 from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
-from fedclock.scheduling.task import Task
+from fedclock.scheduling.task import CANCELLED, Task
 
 
 class ProtocolClock(Protocol):
@@ -42,8 +42,15 @@ class ProtocolClock(Protocol):
     in_flight: dict[int, Task]
     draining: dict[int, Task]
     drop_after: float | None
+    cohort_quota: int | None
 
-    def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None) -> Task: ...
+    def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None, start: bool = True) -> Task: ...
+
+    def start(self, task: Task) -> None: ...
+
+    def cancel(self, task: Task) -> None: ...
+
+    def pick_for_window(self, limit: int) -> list[int] | None: ...
 
     def aggregate(self, tasks: list[Task]) -> None: ...
 
@@ -71,8 +78,14 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
         if mode.deadline_s is not None and mode.late_results == "drop":
             clock.drop_after = clock.env.now + mode.deadline_s  # a stateless client's task finishing later need not run
         everyone = _Barrier(clock.env, len(cohort))
+        quota = clock.cohort_quota
+        enough = _Barrier(clock.env, quota) if quota is not None else None
 
-        def on_settle(task: Task, everyone: _Barrier = everyone) -> None:
+        def on_settle(task: Task, everyone: _Barrier = everyone, enough: _Barrier | None = enough) -> None:
+            if task.status == CANCELLED:
+                return
+            if enough is not None and task.gives_up_at is None and not enough.triggered:
+                enough.count_one()
             if task.gives_up_at is not None:
                 clock.give_up(task)
             else:
@@ -84,19 +97,27 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
                         clock.drop(task)
             everyone.count_one()
 
-        tasks = [clock.dispatch(client, on_settle) for client in cohort]
         deadline_s = mode.deadline_s
+        if quota is None:
+            tasks = [clock.dispatch(client, on_settle) for client in cohort]
+        else:
+            tasks = [clock.dispatch(client, on_settle, start=False) for client in cohort]
+            for t in first_arrivals(tasks, quota, None if deadline_s is None else clock.env.now + deadline_s):
+                clock.start(t)
+        waits = everyone if enough is None or not tasks else everyone | enough
         if tasks and deadline_s is not None:
-            yield everyone | clock.env.timeout(deadline_s)
+            yield waits | clock.env.timeout(deadline_s)
         elif tasks:
-            yield everyone
+            yield waits
         elif deadline_s is not None:
             yield clock.env.timeout(deadline_s)
         else:
             yield from wait_for_change(clock)
         # ---- the round closes now
         now = clock.env.now
-        punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= now]
+        if quota is not None:
+            close_overcommitted(clock, tasks, quota)
+        punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= now and t.status != CANCELLED]
         for t in punctual:
             t.staleness = 0
             clock.busy.pop(t.client, None)
@@ -112,6 +133,30 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
             clock.finish("rounds")
         elif clock.stop.versions is not None and clock.version >= clock.stop.versions:
             clock.finish("versions")
+
+
+def first_arrivals(tasks: list[Task], quota: int, deadline_at: float | None) -> list[Task]:
+    """The tasks whose results an over-committed round will use, as known at dispatch: the
+    first ``quota`` by (arrival time, client id) among those the server will not give up
+    on, arriving by the deadline."""
+    arriving = [t for t in tasks if t.gives_up_at is None and (deadline_at is None or t.finishes_at <= deadline_at)]
+    return sorted(arriving, key=lambda t: (t.finishes_at, t.client))[:quota]
+
+
+def close_overcommitted(clock: ProtocolClock, tasks: list[Task], quota: int) -> None:
+    """An over-committed round closes now: the first ``quota`` arrivals (by arrival time,
+    client id) stay; every other task of the round not yet ended is cancelled (one whose
+    result arrived at this same instant beyond the quota included). A kept task that was
+    not started (a scripted change after dispatch moved the close) is started now."""
+    now = clock.env.now
+    arrived = sorted((t for t in tasks if t.status == "running" and t.gives_up_at is None and t.finishes_at <= now),
+                     key=lambda t: (t.finishes_at, t.client))
+    keep = {t.index for t in arrived[:quota]}
+    for t in tasks:
+        if t.index in keep:
+            clock.start(t)
+        elif t.status == "running":
+            clock.cancel(t)
 
 
 def _sync_mode(clock: ProtocolClock) -> SyncMode:
@@ -272,7 +317,14 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
 
 
 def _dispatch_in_id_order(clock: ProtocolClock, limit: int, on_settle: Callable[[Task], None]) -> None:
-    """Send the current model to idle, available clients, lowest id first, up to ``limit`` in flight."""
+    """Send the current model to idle, available clients, lowest id first (or the selector's
+    choice, :meth:`~fedclock.scheduling.clock.Clock.pick_for_window`), up to ``limit`` in flight."""
+    if len(clock.in_flight) < limit:
+        chosen = clock.pick_for_window(limit - len(clock.in_flight))
+        if chosen is not None:
+            for client in chosen:
+                clock.dispatch(client, on_settle)
+            return
     while len(clock.in_flight) < limit and clock.idle.count(clock.env.now, clock.round):
         clock.dispatch(clock.idle.at(0), on_settle)
 

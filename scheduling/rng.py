@@ -25,6 +25,7 @@ class Stream(IntEnum):
     TIMELINE = 8
     COMPLETENESS = 10
     CONNECTIVITY = 11
+    SELECTION = 12
 
 
 def _entropy(seed: int, stream: Stream, keys: tuple[int, ...]) -> list[int]:

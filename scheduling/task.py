@@ -26,6 +26,9 @@ LOST = "lost"
 """The client lost its connection; the server gave up on it."""
 TIMED_OUT = "timed_out"
 """Slower than ``mode.task_timeout_s``; the server gave up on it (its client finishes it anyway)."""
+CANCELLED = "cancelled"
+"""Over-commitment (``mode.overcommit``): its sync round closed at the K-th arrival or the
+deadline before it arrived; the server cancelled it then (nothing of it is kept)."""
 
 
 class Task:

@@ -23,19 +23,26 @@ with ``time_s = 0`` set the client's initial profile (overriding the drawn one),
 are replayed by the timeline. Only ``client`` and at least one of ``compute``,
 ``down_mbps``, ``up_mbps``, ``latency_s`` are required; compute and bandwidths must be
 > 0, latency >= 0. Units are those of ``population.devices``.
+
+**FedScale's files** as published (:mod:`fedclock.scheduling.fedscale_traces`): a file that
+starts like a pickle is read as FedScale's ``client_device_capacity`` (a device trace of
+time-0 rows, every client taking an entry) or ``client_behave_trace`` (an availability
+trace repeating every ``finish_time``), through an unpickler that runs no code.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fedclock.scheduling.fedscale_traces import FedScaleError, is_pickle, read_behavior, read_capacity
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["DEVICE_COLUMNS", "TraceError", "check_trace_file", "read_availability_trace", "read_device_trace",
-           "trace_clients"]
+           "read_fedscale_availability", "trace_clients"]
 
 DEVICE_COLUMNS = ("compute", "down_mbps", "up_mbps", "latency_s")
 
@@ -108,12 +115,19 @@ def read_availability_trace(path: Path) -> dict[int, list[tuple[float, float]]]:
     return out
 
 
-def read_device_trace(path: Path) -> pd.DataFrame:
+def read_device_trace(path: Path, num_clients: int | None = None) -> pd.DataFrame:
     """The device trace with columns client, time_s and every device column (NaN where a
     row keeps the value), sorted by time then client (rows of one client at one time are
-    applied in file order)."""
+    applied in file order). A FedScale capacity file gives one time-0 row per client
+    ``0..num_clients-1`` (cycling over its entries; all entries once without ``num_clients``)."""
     import pandas as pd
 
+    if is_pickle(path):
+        devices = _fedscale(read_capacity, path)
+        count = len(devices) if num_clients is None else num_clients
+        rows = devices[np.arange(count) % len(devices)]
+        return pd.DataFrame({"client": np.arange(count, dtype=np.int64), "time_s": 0.0, "compute": rows[:, 0],
+                             "down_mbps": rows[:, 1], "up_mbps": rows[:, 2], "latency_s": np.nan})
     frame = read_table(path)
     _require(frame, path, ("client",))
     present = [c for c in DEVICE_COLUMNS if c in frame.columns]
@@ -134,9 +148,27 @@ def read_device_trace(path: Path) -> pd.DataFrame:
     return out.sort_values(["time_s", "client", "row"], kind="stable").drop(columns="row").reset_index(drop=True)
 
 
+def _fedscale(reader: Any, path: Path) -> Any:
+    """``reader(path)`` with its errors as :class:`TraceError`."""
+    try:
+        return reader(path)
+    except FedScaleError as exc:
+        raise TraceError(str(exc)) from None
+
+
+def read_fedscale_availability(path: Path) -> list[tuple[list[tuple[float, float]], float]]:
+    """A FedScale behaviour file's entries (intervals within a period, the period), in the
+    order clients take them (see :mod:`fedclock.scheduling.fedscale_traces`)."""
+    out: list[tuple[list[tuple[float, float]], float]] = _fedscale(read_behavior, path)
+    return out
+
+
 def check_trace_file(path: Path, kind: str) -> None:
     """Raise :class:`TraceError` unless ``path`` is a readable trace of ``kind``
     ("availability" or "devices")."""
+    if is_pickle(path):
+        _fedscale(read_capacity if kind == "devices" else read_behavior, path)
+        return
     if kind == "devices":
         read_device_trace(path)
     else:
@@ -144,5 +176,45 @@ def check_trace_file(path: Path, kind: str) -> None:
 
 
 def trace_clients(path: Path) -> np.ndarray:
-    """The distinct client ids a (valid) trace file names."""
+    """The distinct client ids a (valid) trace file names (none for a FedScale file: its
+    entries are dealt to however many clients there are)."""
+    if is_pickle(path):
+        return np.zeros(0, dtype=np.int64)
     return np.unique(_clients(read_table(path), path))
+
+
+def convert_fedscale(source: Path, target: Path, clients: int | None = None, until_s: float | None = None) -> str:
+    """Write a FedScale file as fedclock's own Parquet trace (``target``, suffix
+    ``.parquet``) and return a one-line summary. A ``client_device_capacity`` file becomes a
+    device trace of time-0 rows (``compute`` in training samples/s, bandwidths in Mbit/s:
+    :mod:`fedclock.scheduling.fedscale_traces`); a ``client_behave_trace`` file becomes an
+    availability trace whose repeating intervals are written out over ``[0, until_s)``
+    (default: each entry's own ``finish_time``, one period). ``clients`` (default: one per
+    entry) deals the entries to clients ``0..clients-1`` in ascending key order, cycling, as
+    a scenario reading the file directly does."""
+    import pandas as pd
+
+    from fedclock.scheduling.fedscale_traces import is_plain_pickle_kind, unrolled
+
+    if target.suffix.lower() != ".parquet":
+        raise TraceError(f"{target}: the converted trace is Parquet (name it *.parquet)")
+    if not source.is_file():
+        raise TraceError(f"trace file not found: {source}")
+    if not is_pickle(source):
+        raise TraceError(f"{source}: not a FedScale pickle (client_device_capacity or client_behave_trace)")
+    kind = _fedscale(is_plain_pickle_kind, source)
+    if kind == "capacity":
+        frame = read_device_trace(source, clients).drop(columns="latency_s")
+        what = "device trace"
+    else:
+        entries = read_fedscale_availability(source)
+        count = len(entries) if clients is None else clients
+        rows = []
+        for client in range(count):
+            spans, period = entries[client % len(entries)]
+            rows += [(client, s, e) for s, e in unrolled(spans, period, period if until_s is None else until_s)]
+        frame = pd.DataFrame(rows, columns=["client", "start", "end"]).astype({"client": "int64"})
+        what = "availability trace"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(target, index=False)
+    return f"{source} -> {target}: {what}, {frame['client'].nunique()} clients, {len(frame)} rows"

@@ -79,3 +79,35 @@ def test_client_proximal_term() -> None:
     torch.testing.assert_close(result.upload["weights"], expected)
     assert not torch.allclose(expected, plain)
     assert float((expected - start).norm()) < float((plain - start).norm())
+
+
+def _arrival(client: int, weights: list[float], staleness: int, n: int = 10) -> Arrival:
+    return Arrival(client=client, upload={"weights": torch.tensor(weights)}, num_samples=n, version_dispatched=0,
+                   staleness=staleness)
+
+
+def test_stale_mix_mean_equal_punctual_arrivals_give_their_mean() -> None:
+    """Three punctual arrivals of equal size: the new model is their plain mean
+    ((1 + 3 + 5) / 3 = 3, (0 + 0 + 6) / 3 = 2), whatever alpha; sequential mixing at alpha 0.8
+    instead gives the last arrival 0.8 and the first 0.8 x 0.2 x 0.2 = 0.032."""
+    alg = FedAsync(FedAsyncParams(alpha=0.8, window="stale_mix_mean"), TINY)
+    state = ServerState(tensors={"weights": torch.tensor([100.0, 100.0])}, version=4)
+    arrivals = [_arrival(0, [1.0, 0.0], 0), _arrival(1, [3.0, 0.0], 0), _arrival(2, [5.0, 6.0], 0)]
+    new, changed = alg.server_receive(state, arrivals, gen())
+    assert changed
+    assert torch.allclose(new.tensors["weights"], torch.tensor([3.0, 2.0]))
+    seq = FedAsync(FedAsyncParams(alpha=0.8, staleness_fn="constant"), TINY)
+    mixed = seq.server_receive(state, arrivals, gen())[0].tensors["weights"]
+    # 100 * 0.2^3 + 1 * 0.8 * 0.2^2 + 3 * 0.8 * 0.2 + 5 * 0.8 = 0.8 + 0.032 + 0.48 + 4
+    assert mixed[0].item() == pytest.approx(5.312)
+
+
+def test_stale_mix_mean_mixes_only_the_stale_then_weights_by_samples() -> None:
+    """Global w = (2, 2). A punctual model (4, 0) of 30 samples; a model (0, 8) 3 versions
+    stale of 10 samples, mixed at a = 0.8 * 4^-0.5 = 0.4: 0.4 (0, 8) + 0.6 (2, 2) = (1.2, 4.4).
+    Mean by samples: 0.75 (4, 0) + 0.25 (1.2, 4.4) = (3.3, 1.1)."""
+    alg = FedAsync(FedAsyncParams(alpha=0.8, staleness_fn="polynomial", a=0.5, window="stale_mix_mean"), TINY)
+    state = ServerState(tensors={"weights": torch.tensor([2.0, 2.0])}, version=7)
+    new, _ = alg.server_receive(state, [_arrival(0, [4.0, 0.0], 0, n=30), _arrival(1, [0.0, 8.0], 3, n=10)], gen())
+    assert torch.allclose(new.tensors["weights"], torch.tensor([3.3, 1.1]))
+    assert new.extra["last_mixing_weight"] == pytest.approx(0.4)

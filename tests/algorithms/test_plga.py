@@ -86,14 +86,18 @@ def test_plga_personalized_models(stagewise: bool) -> None:
     expected3 = personal(w0, w1, D[3], m3, w2)  # round C: tau = 2, w^{tau} = w2 (not w3)
     assert not torch.allclose(expected3, personal(w0, w1, D[3], m3, w3), atol=1e-3)
     expected4 = personal(w2, w3, D[4], w2 + D[4], w2)  # punctual: t1 is the new model, w^{tau} = w^{t0}
-    assert torch.allclose(alg.payload_for(s3, 3)["weights"], expected3, atol=1e-5)
-    assert torch.allclose(alg.payload_for(s3, 4)["weights"], expected4, atol=1e-5)
+    assert torch.allclose(alg.payload_for(s3, 3)["personal"], expected3, atol=1e-5)
+    assert torch.allclose(alg.payload_for(s3, 4)["personal"], expected4, atol=1e-5)
     expected2 = personal(w0, w1, D[2], w1 + D[2], w1)  # round B: tau = 1
-    assert torch.allclose(alg.payload_for(s3, 2)["weights"], expected2, atol=1e-5)
+    assert torch.allclose(alg.payload_for(s3, 2)["personal"], expected2, atol=1e-5)
     expected0 = personal(w0, w1, D[0], w0 + D[0], w0)  # round A, punctual: w0 + (1 - S~) d
-    assert torch.allclose(alg.payload_for(s1, 0)["weights"], expected0, atol=1e-5)
+    assert torch.allclose(alg.payload_for(s1, 0)["personal"], expected0, atol=1e-5)
     # a client never aggregated gets the global model
     assert torch.equal(alg.payload_for(s3, 7)["weights"], w3)
+    # Alg. 2: every client trains from the global model w^t; the personalized one is for evaluation
+    assert torch.equal(alg.payload_for(s3, 3)["weights"], w3)
+    personal_start = PLGA(PLGAParams(leap="eq11", stagewise=stagewise, train_from="personal"), FACTORY)
+    assert torch.allclose(personal_start.payload_for(s3, 3)["weights"], expected3, atol=1e-5)
     # the stage-wise weights really differ per stage here
     if stagewise:
         assert s_tilde((w1 - w0)[HIDDEN], D[3][HIDDEN]) != pytest.approx(s_tilde((w1 - w0)[HEAD], D[3][HEAD]))
@@ -124,3 +128,18 @@ def test_client_uploads_its_update_from_what_it_received() -> None:
     r2 = torch.softmax(logits, 1) - torch.nn.functional.one_hot(data.y_train, 2)
     g2 = torch.cat([(r2.T @ x / 4).reshape(-1), r2.mean(0)])
     assert torch.allclose(result.upload["delta"], -0.1 * g1 - 0.1 * g2, atol=1e-6)
+
+
+def test_lga_without_the_taylor_term() -> None:
+    """``taylor: false``: a straggler's model is w^tau + d (eq11) or w^t0 + d (eq10) exactly;
+    with the term, w^tau + S~ d*d*(w^tau - w^t1) + d. Hand numbers: w^t0 = (0, 0),
+    w^t1 = (1, 0), w^tau = (3, 2), d = (2, 1): cos((1, 0), (2, 1)) = 2/sqrt(5) = 0.894427,
+    S~ = e^0.894427 / (e + e^0.894427) = 0.473631; Taylor term S~ (4, 1) * (2, 2) = (3.789050,
+    0.947263)."""
+    w_t0, w_t1, w_tau, d = (torch.tensor(v) for v in ([0.0, 0.0], [1.0, 0.0], [3.0, 2.0], [2.0, 1.0]))
+    with_term = LGA(PLGAParams(leap="eq11"), FACTORY).leap(w_t0, w_t1, w_tau, d)
+    assert torch.allclose(with_term, torch.tensor([5.0 + 3.789050, 3.0 + 0.947263]), atol=1e-5)
+    assert torch.equal(LGA(PLGAParams(leap="eq11", taylor=False), FACTORY).leap(w_t0, w_t1, w_tau, d),
+                       torch.tensor([5.0, 3.0]))
+    assert torch.equal(LGA(PLGAParams(leap="eq10", taylor=False), FACTORY).leap(w_t0, w_t1, w_tau, d),
+                       torch.tensor([2.0, 1.0]))

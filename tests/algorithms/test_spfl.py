@@ -192,3 +192,39 @@ def test_client_update_twice_local_update_recomputes_the_gradient(cls: type) -> 
 def test_spfl_rejects_momentum() -> None:
     with pytest.raises(ValueError, match="momentum must be 0"):
         SPFLParams(momentum=0.9)
+
+
+def test_perfedavg_two_step_is_the_authors_two_plain_steps() -> None:
+    """Per-FedAvg ``two_step`` (the PLGA authors' baseline): per batch w1 = w - alpha g(w),
+    w2 = w1 - beta g(w1) on the same sample, for two batches; upload delta = w_end - w."""
+    from fedclock.algorithms.perfedavg import PerFedAvg, PerFedAvgParams
+
+    factory = ModelFactory("logistic", (2,), 2)
+    alpha, beta = 0.3, 0.5
+    alg = PerFedAvg(PerFedAvgParams(lr=beta, inner_lr=alpha, batch_size=1, local_steps=2, variant="two_step"),
+                    factory)
+    x = torch.tensor([[1.0, 2.0], [-1.0, 0.5]])
+    y = torch.tensor([1, 0])
+    data = ClientData(0, x, y, x[:0], torch.tensor([], dtype=torch.long))
+    w = torch.tensor([0.1, -0.2, 0.3, 0.0, 0.05, -0.05])
+    order = torch.randperm(2, generator=torch.Generator().manual_seed(0)).tolist()
+    expected = w.clone()
+    for i in order:
+        expected = expected - alpha * logistic_grad(expected, x[i], int(y[i]))
+        expected = expected - beta * logistic_grad(expected, x[i], int(y[i]))
+    result = alg.client_update({"weights": w}, None, data, torch.Generator().manual_seed(0))
+    assert torch.allclose(result.upload["delta"], expected - w, atol=1e-6)
+    assert alg.work(2) == 2 * 1 * 2.0  # two passes per sample of each step
+
+
+def test_spfl_uniform_weights_control_moves_every_model_by_the_mean_update() -> None:
+    """``similarity_weights: uniform`` (SNGS off): w_i <- w_i - 1/3 (g_0 + g_1 + g_2) for every
+    client i, e.g. element 2: (2 + 1 - 1) / 3 = 2/3 subtracted from every model."""
+    alg = SPFL(SPFLParams(gamma=2, similarity_weights="uniform"), FACTORY)
+    state0, state = refreshed(alg)
+    w0 = state0.tensors["init"]
+    state, _ = alg.receive(state, [arrival(c, {"update": G[c]}, N[c]) for c in range(3)], GEN)
+    mean_update = (G[0] + G[1] + G[2]) / 3
+    assert float(mean_update[2]) == pytest.approx(2 / 3)
+    for i in range(3):
+        assert torch.allclose(alg.payload_for(state, i)["weights"], w0 - mean_update, atol=1e-6)

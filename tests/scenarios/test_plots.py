@@ -59,7 +59,7 @@ def test_plot_writes_readable_pngs(suite_dir: Path) -> None:
     assert main(["plot", str(suite_dir)]) == 0
     plots = suite_dir / "plots"
     expected = {"accuracy_vs_time.png", "accuracy_vs_version.png", "timeline_sync-deadline.png",
-                "timeline_fedasync.png", "staleness.png", "bytes_per_client.png"}
+                "timeline_fedasync.png", "staleness.png", "bytes_per_client.png", "participation.png"}
     assert {p.name for p in plots.iterdir()} == expected
     for name in expected:
         pixels = _pixels(plots / name)
@@ -78,7 +78,7 @@ def test_plot_writes_readable_pngs(suite_dir: Path) -> None:
 
 def test_plot_single_run_and_out(suite_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plot", str(suite_dir / "fedasync"), "--out", str(tmp_path / "p"), "--max-clients", "2"]) == 0
-    assert "5 figure(s) of 1 run(s)" in capsys.readouterr().out
+    assert "6 figure(s) of 1 run(s)" in capsys.readouterr().out
     assert (tmp_path / "p" / "timeline_fedasync.png").is_file()
     assert main(["plot", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err

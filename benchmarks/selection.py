@@ -1,0 +1,107 @@
+"""Selection decision time: one cohort choice per round over 10^4, 10^5 and 10^6 clients.
+
+Each selector (:mod:`fedclock.scheduling.selection`) gets a view of a population whose
+history is filled as after many rounds: every client picked a few times, 90 % of them with
+an observed duration (log-normal) and a reported loss and sample count, so Oort and TiFL
+score, exploit and explore, and power-of-choice has candidates with and without losses; FedCS
+reads a disclosed resource request (log-normal times). Every client is a candidate (idle,
+available), and the cohort is ``--cohort`` clients. Per selector and population size the
+script prints the median, over ``--rounds`` consecutive rounds, of the wall time of one
+``select`` call (the round index advances, so per-round work such as Oort's pacer and
+TiFL's re-tiering is included), and the time the clock takes to list the candidates as an
+array (:meth:`~fedclock.scheduling.clock.Clock.candidates` with every client idle).
+``uniform`` is the clock's own draw, ``rng.choice(n, K, replace=False)``.
+
+    python benchmarks/selection.py [--sizes 10000 100000 1000000] [--cohort 100] [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+from fedclock.scheduling.selection import ClientHistory, Disclosed, SelectionView
+from fedclock.scheduling.selection_registry import SELECTORS
+
+
+def history(n: int, seed: int = 0) -> ClientHistory:
+    """A population's observed history after many rounds (see the module)."""
+    rng = np.random.default_rng(seed)
+    h = ClientHistory(n)
+    known = rng.random(n) < 0.9
+    h.times_picked[:] = rng.integers(1, 6, n)
+    h.last_picked_round[:] = rng.integers(0, 500, n)
+    h.last_picked_time[:] = h.last_picked_round * 10.0
+    h.last_duration[known] = rng.lognormal(1.0, 1.0, int(known.sum()))
+    h.duration_sum[known] = h.last_duration[known] * 2
+    h.arrivals[known] = 2
+    h.last_loss[known] = rng.lognormal(0.0, 0.5, int(known.sum()))
+    h.last_samples[known] = rng.integers(20, 500, int(known.sum()))
+    return h
+
+
+def disclosed(n: int, seed: int = 1) -> Disclosed:
+    rng = np.random.default_rng(seed)
+    down = rng.lognormal(0.5, 1.0, n)
+    up = rng.lognormal(-0.5, 0.5, n)
+    return Disclosed(rng.integers(20, 500, n), None, None, None, None, down + up, down, up)
+
+
+def time_selector(name: str, n: int, cohort: int, rounds: int) -> float:
+    """Median seconds of one ``select`` call of ``name`` over ``rounds`` rounds."""
+    h = history(n)
+    request = disclosed(n)
+    sizes = request.data_size
+    candidates = np.arange(n)
+    times = []
+    if name == "uniform":
+        rng = np.random.default_rng(0)
+        for _ in range(rounds):
+            start = time.perf_counter()
+            np.sort(rng.choice(n, size=cohort, replace=False))
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    cls = SELECTORS[name]
+    selector = cls(cls.Params(), np.random.default_rng(0))
+    for r in range(rounds):
+        view = SelectionView(h, r * 10.0, 500 + r, 500 + r, lambda: request, data_size=sizes, deadline_s=50.0)
+        start = time.perf_counter()
+        selector.select(view, candidates, cohort)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_candidates(n: int, rounds: int) -> float:
+    """Median seconds to list ``n`` idle clients as an array (the clock's way, none busy)."""
+    busy: dict[int, object] = {}
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        mask = np.ones(n, dtype=bool)
+        if busy:
+            mask[np.fromiter(busy.keys(), dtype=np.int64, count=len(busy))] = False
+        np.flatnonzero(mask)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--cohort", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    names = ["uniform", *SELECTORS]
+    out(f"median ms per decision (cohort {args.cohort}, {args.rounds} rounds)")
+    out("| clients | " + " | ".join(names) + " | candidates array |")
+    out("|---" * (len(names) + 2) + "|")
+    for n in args.sizes:
+        cells = [f"{time_selector(name, n, args.cohort, args.rounds) * 1e3:.2f}" for name in names]
+        out(f"| {n:,} | " + " | ".join(cells) + f" | {time_candidates(n, args.rounds) * 1e3:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

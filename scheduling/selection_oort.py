@@ -1,0 +1,246 @@
+"""Oort's guided participant selection (Lai, Zhu, Madhyastha, Chowdhury, "Oort: Efficient
+Federated Learning via Guided Participant Selection", OSDI 2021, Sec. 4).
+
+Every choice, stated (where the paper leaves a detail open, the authors' public selector in
+FedScale, ``thirdparty/oort/oort.py``, settles it, as noted):
+
+* **Statistical utility** of a client (Sec. 4.2, Eq. 1): ``U_i = |B_i| sqrt(1/|B_i| sum_k loss(k)^2)``.
+  fedclock's clients report the mean training loss of their last task (``train_loss``) and
+  its sample count, not per-sample losses, so ``sqrt(mean loss^2)`` is taken as the reported
+  mean loss: ``U_i = samples_i x loss_i`` (exact when per-sample losses are equal; below the
+  true root mean square otherwise). Only clients whose result was applied have a utility
+  (*explored*); the others are *unexplored*.
+* **Normalisation and clipping** (FedScale): utilities of the explored candidates are clipped
+  at their ``clip_bound`` quantile (value of rank ``min(floor(n clip_bound), n - 1)`` in
+  ascending order) and scaled as ``(U - 0.999 U_min) / max(U_max - 0.999 U_min, 1e-4)``.
+* **Staleness bonus** (Sec. 4.2, the confidence term): ``+ sqrt(0.1 ln R / r_i)``, ``R`` the
+  current round and ``r_i`` the round the client was last picked, both counted from 1 (a
+  sync round, or the server version in async mode).
+* **System penalty** (Sec. 4.3, Eq. 2): a client whose last observed task duration ``t_i``
+  exceeds the preferred duration ``T`` has its score multiplied by ``(T / t_i)^alpha``
+  (``alpha = 0`` turns the penalty off: the ablation). ``T`` is the duration of rank
+  ``min(floor(n P / 100), n - 1)`` among the observed durations of all clients (ascending),
+  ``P`` the pacer's percentile (``round_threshold``, 100: no penalty).
+* **Pacer** (Sec. 4.3): after every round the mean utility of the exploited clients picked
+  in the previous round whose results were applied is appended to a history; every
+  ``pacer_step`` rounds (from round ``2 pacer_step`` on) the sums of the last two windows of
+  ``pacer_step`` are compared: a change of at most 10 % widens ``P`` by ``pacer_delta``
+  (at most 100), a change of at least 5x narrows it by ``pacer_delta`` (at least
+  ``pacer_delta``) (FedScale's rule).
+* **Exploration** (Sec. 4.2): the exploration fraction ``e`` decays once per round,
+  ``e = max(e decay, e_min)``, before the round's choice; ``floor(K e)`` clients are explored
+  and the other ``K - floor(K e)`` exploited. When fewer unexplored candidates are left, the
+  exploitation takes the rest, and when fewer explored ones are known, the exploration does
+  (FedScale's selector returns a smaller cohort then; here the cohort keeps its size).
+  Unexplored clients are drawn uniformly: FedScale ranks them by a speed and size prior
+  taken from device profiles, which a server does not know here (with
+  ``selection.disclose: [data_size]`` they are drawn with probability proportional to data
+  size instead).
+* **Exploitation** (Sec. 4.2, FedScale): candidates sorted by score; the cut-off is
+  ``cut_off_util`` times the score of rank ``exploit`` (0-based); the pool is every candidate
+  at or above it, extended in score order to at least ``10 exploit + 1`` clients; ``exploit``
+  clients are drawn from the pool without replacement with probability proportional to score.
+  Ties in score are broken by client id.
+* **Participation cap** (Sec. 4.2, the blacklist): with ``blacklist_rounds >= 0`` clients
+  picked more than that many times are excluded, at most ``blacklist_max_len`` of the
+  population (the most picked first, ties by id).
+* When too few candidates remain after the cap, the rest is filled uniformly from the
+  excluded candidates (so a cohort is never smaller than under ``uniform``).
+
+Randomness comes only from the selector's own generator, in this order per call: the
+exploitation draw, then the exploration draw, then the fill.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import Field
+
+from fedclock.scheduling.model_base import NonNegativeFloat, StrictModel
+from fedclock.scheduling.selection import SelectionView, Selector
+
+
+class OortParams(StrictModel):
+    """Settings of :class:`Oort` (see the module for what each does)."""
+
+    exploration_factor: Annotated[float, Field(ge=0, le=1)] = 0.9
+    exploration_decay: Annotated[float, Field(gt=0, le=1)] = 0.98
+    exploration_min: Annotated[float, Field(ge=0, le=1)] = 0.3
+    round_penalty: NonNegativeFloat = Field(default=2.0, description="alpha of the system penalty (T/t)^alpha; 0: off")
+    round_threshold: Annotated[float, Field(gt=0, le=100)] = Field(
+        default=30.0, description="initial percentile of observed durations taken as the preferred duration T")
+    pacer_step: Annotated[int, Field(ge=1)] = 20
+    pacer_delta: Annotated[float, Field(ge=0, le=100)] = 5.0
+    cut_off_util: Annotated[float, Field(ge=0, le=1)] = 0.95
+    clip_bound: Annotated[float, Field(gt=0, le=1)] = 0.9
+    blacklist_rounds: Annotated[int, Field(ge=-1)] = Field(default=-1, description="participation cap; -1: none")
+    blacklist_max_len: Annotated[float, Field(ge=0, le=1)] = 0.3
+
+
+class Oort(Selector):
+    """Oort (Lai et al., OSDI 2021); the rules are the module's."""
+
+    Params = OortParams
+    reads_loss = True
+
+    def __init__(self, params: Any, rng: np.random.Generator) -> None:
+        super().__init__(params, rng)
+        p: OortParams = params
+        self.exploration = p.exploration_factor
+        self.threshold = p.round_threshold
+        self.current_round = -1
+        self.exploit_history: list[float] = []
+        """Per round: mean utility of the previous round's exploited clients that reported."""
+        self.exploited: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.exploited_round = -1
+
+    # ------------------------------------------------------------------ the rules, one by one
+    @staticmethod
+    def utility(samples: np.ndarray, loss: np.ndarray) -> np.ndarray:
+        """Statistical utility ``|B_i| x loss_i`` (the module's reading of Eq. 1)."""
+        return samples.astype(np.float64) * loss
+
+    @staticmethod
+    def staleness_bonus(current_round: int, last_round: np.ndarray) -> np.ndarray:
+        """``sqrt(0.1 ln R / r_i)`` with 1-based rounds ``R = current_round + 1`` and
+        ``r_i = last_round + 1``."""
+        return np.sqrt(0.1 * math.log(current_round + 1) / (last_round.astype(np.float64) + 1))
+
+    @staticmethod
+    def system_penalty(duration: np.ndarray, preferred: float, alpha: float) -> np.ndarray:
+        """``(T / t_i)^alpha`` for ``t_i > T``, else 1 (unknown durations: 1)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slow = duration > preferred
+            return np.where(slow, (preferred / np.maximum(duration, 1e-4)) ** alpha, 1.0)
+
+    @staticmethod
+    def preferred_duration(durations: np.ndarray, percentile: float) -> float:
+        """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the known
+        ones; inf when ``P >= 100`` or none is known."""
+        known = durations[~np.isnan(durations)]
+        if percentile >= 100.0 or known.shape[0] == 0:
+            return math.inf
+        return _rank_value(known, min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1))
+
+    @staticmethod
+    def split(k: int, exploration: float, explored: int, unexplored: int) -> tuple[int, int]:
+        """(exploited, newly explored) counts of a cohort of ``k``: ``floor(k e)`` explored
+        (at most the unexplored candidates), the rest exploited (at most the explored ones);
+        what one side cannot take goes to the other (see the module)."""
+        explore = min(int(k * exploration), unexplored)
+        exploit = min(k - explore, explored)
+        return exploit, min(k - exploit, unexplored)
+
+    # ------------------------------------------------------------------ per round
+    def _new_round(self, view: SelectionView) -> None:
+        p: OortParams = self.params
+        if self.exploited_round >= 0:
+            done = self.exploited[view.last_picked_round[self.exploited] == self.exploited_round]
+            done = done[~np.isnan(view.last_loss[done])]
+            utils = self.utility(view.last_samples[done], view.last_loss[done])
+            self.exploit_history.append(float(utils.sum() / (done.shape[0] + 1e-4)))
+        step, h = p.pacer_step, self.exploit_history
+        rounds = len(h)
+        if rounds >= 2 * step and rounds % step == 0:
+            before, now = sum(h[-2 * step:-step]), sum(h[-step:])
+            if abs(now - before) <= before * 0.1:
+                self.threshold = min(100.0, self.threshold + p.pacer_delta)
+            elif abs(now - before) >= before * 5:
+                self.threshold = max(p.pacer_delta, self.threshold - p.pacer_delta)
+        self.exploration = max(self.exploration * p.exploration_decay, p.exploration_min)
+
+    def _capped(self, view: SelectionView, candidates: np.ndarray) -> np.ndarray:
+        p: OortParams = self.params
+        if p.blacklist_rounds < 0:
+            return candidates
+        counts = view.times_picked
+        over = np.flatnonzero(counts > p.blacklist_rounds)
+        limit = int(p.blacklist_max_len * view.num_clients)
+        if over.shape[0] > limit:
+            order = np.lexsort((over, -counts[over]))
+            over = over[order[:limit]]
+        return candidates[~np.isin(candidates, over)]
+
+    # ------------------------------------------------------------------ the choice
+    def select(self, view: SelectionView, candidates: np.ndarray, k: int) -> np.ndarray:
+        p: OortParams = self.params
+        if view.round != self.current_round:
+            self._new_round(view)
+            self.current_round = view.round
+        pool = self._capped(view, candidates)
+        loss = view.last_loss[pool]
+        is_explored = ~np.isnan(loss)
+        explored, fresh = pool[is_explored], pool[~is_explored]
+        exploit_n, _ = self.split(k, self.exploration, explored.shape[0], fresh.shape[0])
+        chosen: list[np.ndarray] = []
+        if exploit_n > 0:
+            scores = self.scores(view, explored)
+            chosen.append(self._exploit(explored, scores, exploit_n, p.cut_off_util))
+        picked = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        explore_n = min(k - picked.shape[0], fresh.shape[0])
+        if explore_n > 0:
+            picked = np.concatenate([picked, self._explore(view, fresh, explore_n)])
+        if picked.shape[0] < k:  # too few unexplored (or left by the cap): fill uniformly
+            rest = candidates[~np.isin(candidates, picked)]
+            picked = np.concatenate([picked, self.rng.choice(rest, size=k - picked.shape[0], replace=False)])
+        self.exploited = picked[:exploit_n].copy()
+        self.exploited_round = view.round
+        return picked
+
+    def scores(self, view: SelectionView, clients: np.ndarray) -> np.ndarray:
+        """Each explored client's score: normalised clipped utility + staleness bonus, times
+        the system penalty."""
+        p: OortParams = self.params
+        util = self.utility(view.last_samples[clients], view.last_loss[clients])
+        positive = util[util > 0]
+        if positive.shape[0]:
+            clip = _rank_value(positive, min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1))
+            low = float(positive.min()) * 0.999
+            span = max(float(positive.max()) - low, 1e-4)
+        else:
+            clip, low, span = 0.0, 0.0, 1e-4
+        score = (np.minimum(util, clip) - low) / span
+        score = score + self.staleness_bonus(view.round, view.last_picked_round[clients])
+        preferred = self.preferred_duration(view.last_duration, self.threshold)
+        score = score * self.system_penalty(view.last_duration[clients], preferred, p.round_penalty)
+        return np.abs(score)
+
+    def _exploit(self, clients: np.ndarray, scores: np.ndarray, n: int, cut_off: float) -> np.ndarray:
+        total_n = clients.shape[0]
+        floor = min(10 * n + 1, total_n)  # the pool's least size
+        top = _top(scores, clients, floor)  # the best ``floor`` by (score desc, id), in that order
+        threshold = scores[top[min(n, total_n - 1)]] * cut_off
+        above = np.flatnonzero(scores >= threshold)
+        if above.shape[0] > floor:  # more at or above the cut-off than the least size: all of them
+            top = above[np.lexsort((clients[above], -scores[above]))]
+        pool, weights = clients[top], scores[top]
+        total = weights.sum()
+        prob = weights / total if total > 0 else None
+        if prob is not None and np.count_nonzero(prob) < n:
+            prob = None
+        return self.rng.choice(pool, size=n, replace=False, p=prob)
+
+    def _explore(self, view: SelectionView, clients: np.ndarray, n: int) -> np.ndarray:
+        prob = None
+        if view.disclosed_data_size is not None:
+            sizes = view.disclosed_data_size[clients].astype(np.float64)
+            if np.count_nonzero(sizes) >= n:
+                prob = sizes / sizes.sum()
+        return self.rng.choice(clients, size=n, replace=False, p=prob)
+
+
+def _rank_value(values: np.ndarray, rank: int) -> float:
+    """The value of ``rank`` (0-based) in ascending order, in linear time."""
+    return float(np.partition(values, rank)[rank])
+
+
+def _top(scores: np.ndarray, ids: np.ndarray, m: int) -> np.ndarray:
+    """Positions of the ``m`` best entries by (score descending, id ascending), in that order,
+    without sorting the whole array."""
+    if m >= scores.shape[0]:
+        return np.lexsort((ids, -scores))
+    cut = np.partition(-scores, m - 1)[m - 1]  # the m-th best score (negated)
+    inside = np.flatnonzero(-scores <= cut)  # every entry at least as good (ties included)
+    return inside[np.lexsort((ids[inside], -scores[inside]))][:m]
