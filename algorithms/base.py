@@ -38,7 +38,7 @@ import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -183,6 +183,14 @@ class EvalResult:
         return self.loss_sum / self.count if self.count else float("nan")
 
 
+class ServerStep(Protocol):
+    """What :meth:`Algorithm.receive` asks of a server optimizer
+    (:mod:`~fedclock.algorithms.server_optimizers`)."""
+
+    def apply(self, before: ServerState, after: ServerState) -> ServerState:
+        """``after`` with the step from ``before``'s weights replaced by the optimizer's."""
+
+
 MODES = frozenset({"sync", "async"})
 """The protocol modes an algorithm may declare in ``modes``."""
 
@@ -256,6 +264,14 @@ class Algorithm(ABC, Generic[P]):
     """Local objectives it trains with (``supervised``; ``simclr``/``simsiam`` through
     :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Not inherited, like ``vectorizable``:
     a subclass that does not declare it trains supervised only."""
+    moves_global_model: ClassVar[bool] = True
+    """True when ``server_receive`` moves a global model (``state.tensors["weights"]``) by
+    aggregating the clients' work, so a server optimizer
+    (:mod:`~fedclock.algorithms.server_optimizers`) can replace that step; the loader refuses
+    ``algorithm.server_optimizer`` for classes that set it False (independent training)."""
+    server_optimizer: "ServerStep | None" = None
+    """``algorithm.server_optimizer``, set by the experiment builder after construction (None:
+    the algorithm's own server step, unchanged); :meth:`receive` applies it."""
     num_clients: int | None
     """Population size N, set by the experiment builder after construction (SCAFFOLD's
     server control update needs it); None when the algorithm is used on its own."""
@@ -376,8 +392,12 @@ class Algorithm(ABC, Generic[P]):
                 rng: torch.Generator) -> tuple[ServerState, bool]:
         """What the server runs for arrivals: :meth:`server_receive`, then the version, owned
         here: ``state.version + 1`` when the model changed, else ``state.version``. Tests of
-        an update rule call this to step a state as the server would."""
+        an update rule call this to step a state as the server would. With a
+        ``server_optimizer``, the step the hook made to ``"weights"`` is replaced by the
+        optimizer's (:mod:`~fedclock.algorithms.server_optimizers`) whenever the model changed."""
         new, changed = self.server_receive(state, arrivals, rng)
+        if changed and self.server_optimizer is not None:
+            new = self.server_optimizer.apply(state, new)
         version = state.version + int(bool(changed))
         return (new if new.version == version else dataclasses.replace(new, version=version)), bool(changed)
 

@@ -220,6 +220,7 @@ def with_links(algorithm: A, upload: UploadConfig, download: DownloadConfig) -> 
         return algorithm
     linked: Any = _linked_class(type(algorithm))(algorithm.params, algorithm.model_factory)
     linked.num_clients = algorithm.num_clients
+    linked.server_optimizer = algorithm.server_optimizer
     linked.upload_codec = upload.compression
     linked.download_codec = download.compression
     codec = upload.compression

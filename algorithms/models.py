@@ -126,6 +126,48 @@ class SPFLCNNPadded(SPFLCNN):
     padding: int = 2
 
 
+class LeafCNN(FedModel):
+    """LEAF's FEMNIST CNN (Caldas et al., "LEAF: A Benchmark for Federated Settings", 2018,
+    Sec. 4 and its reference model ``models/femnist/cnn.py``): conv 5x5 (32, same padding) +
+    ReLU + 2x2 max-pool, conv 5x5 (64) + ReLU + 2x2 max-pool, dense 2048 + ReLU (the body),
+    linear head. On 28x28 FEMNIST with 62 classes: 6,603,710 parameters. Stages ``conv``
+    and ``fc`` (the dense layer and the head)."""
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        super().__init__(conv_pool_body(input_shape, (32, 64), (2048,)), nn.Linear(2048, num_classes),
+                         {"conv": ("body.0.", "body.3."), "fc": ("body.7.", "head.")})
+
+
+class CharLSTMBody(nn.Module):
+    """Embedding then a stacked LSTM; the feature is the last time step's output. Inputs are
+    character indices (stored as floats, like every input of a federation; cast here)."""
+
+    def __init__(self, vocab: int, embedding: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embedding)
+        self.lstm = nn.LSTM(embedding, hidden, num_layers=layers, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embedding(x.long()))
+        return out[:, -1, :]
+
+
+class CharLSTM(FedModel):
+    """LEAF's Shakespeare character model (Caldas et al. 2018, Sec. 4; reference model
+    ``models/shakespeare/stacked_lstm.py``; the same network as McMahan et al., AISTATS 2017,
+    Sec. 3): embedding of 8 per character, two LSTM layers of 256 units, the last step's
+    output (the body), a linear head over the characters (``num_classes``, 80 with LEAF's
+    vocabulary). Input: a sequence of character indices, shape ``(N, L)``. Stages ``embed``
+    (embedding + LSTM) and ``head``. Not vectorized (no batched LSTM kernel)."""
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        if len(input_shape) != 1:
+            raise ValueError(f"model.name: char_lstm reads sequences of character indices (input shape (L,)), got "
+                             f"inputs of shape {tuple(input_shape)}; use it with a text dataset such as shakespeare")
+        super().__init__(CharLSTMBody(num_classes, 8, 256, 2), nn.Linear(256, num_classes),
+                         {"embed": ("body.",), "head": ("head.",)})
+
+
 def _resnet18_gn(input_shape: Sequence[int], num_classes: int) -> FedModel:
     from fedclock.algorithms.resnet import ResNet18GN  # imported when used: resnet imports this module
 
@@ -149,6 +191,8 @@ BUILTIN_MODELS: dict[str, Callable[[tuple[int, ...], int, tuple[int, ...]], FedM
     "spfl_cnn_padded": lambda shape, classes, hidden: SPFLCNNPadded(shape, classes),
     "resnet18_gn": lambda shape, classes, hidden: _resnet18_gn(shape, classes),
     "conv_gn": lambda shape, classes, hidden: _conv_gn(shape, classes),
+    "leaf_cnn": lambda shape, classes, hidden: LeafCNN(shape, classes),
+    "char_lstm": lambda shape, classes, hidden: CharLSTM(shape, classes),
 }
 """The shipped models by name: ``(input_shape, num_classes, hidden) -> FedModel``."""
 
@@ -162,6 +206,8 @@ MODEL_SUMMARIES: dict[str, str] = {
     "spfl_cnn_padded": "spfl_cnn with padding-2 convolutions (fits 8x8 digits; quick files)",
     "resnet18_gn": "ResNet-18 with GroupNorm instead of BatchNorm",
     "conv_gn": "four conv-GroupNorm-ReLU blocks and global average pooling (body), linear head",
+    "leaf_cnn": "LEAF's FEMNIST CNN: two 5x5 conv (32, 64) + max-pool, dense 2048, linear head",
+    "char_lstm": "LEAF's Shakespeare model: embedding 8, two LSTM layers of 256, linear head over characters",
 }
 """One line per shipped model for ``fedclock list models``."""
 

@@ -74,6 +74,7 @@ class LGA(ModelStages, Algorithm[PLGAParams]):
     """
 
     name: ClassVar[str] = "lga"
+    moves_global_model: ClassVar[bool] = False  # keeps every version's model
     summary: ClassVar[str] = "LGA: stragglers' stale models moved forward by a leap gradient approximation"
     paper: ClassVar[str] = SPFL_PAPER
     Params: ClassVar[type[AlgorithmParams]] = PLGAParams

@@ -141,6 +141,7 @@ class SPFL(ModelStages, Algorithm[SPFLParams]):
     """
 
     name: ClassVar[str] = "spfl"
+    moves_global_model: ClassVar[bool] = False  # stage models, no single global "weights"
     summary: ClassVar[str] = "SPFL: per-client server models moved by per-stage softmax gradient similarity"
     paper: ClassVar[str] = SPFL_PAPER
     Params: ClassVar[type[AlgorithmParams]] = SPFLParams

@@ -62,7 +62,7 @@ from fedclock.algorithms.batched_net import BatchedNet
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
 
-VECTOR_MODELS: tuple[str, ...] = ("mlp", "logistic", "cnn5", "spfl_cnn", "conv_gn")
+VECTOR_MODELS: tuple[str, ...] = ("mlp", "logistic", "cnn5", "spfl_cnn", "conv_gn", "leaf_cnn")
 """Models that vectorized execution supports (no BatchNorm statistics, no dropout)."""
 
 

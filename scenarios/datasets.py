@@ -61,6 +61,7 @@ __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "dat
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                                   "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
+                                  "femnist", "shakespeare", "synthetic_leaf",
                                   "mnist1d")
 
 DATASET_SUMMARIES: dict[str, str] = {
@@ -77,6 +78,11 @@ DATASET_SUMMARIES: dict[str, str] = {
     "digit_domains": "multi-domain Digit: MNIST, USPS, SVHN under root (3x32x32), 10 classes",
     "office_home": "multi-domain Office Home: Art, Clipart, Product, Real_World ImageFolders under root, 65 classes",
     "adaptiope": "multi-domain Adaptiope: product_images, real_life, synthetic ImageFolders under root, 123 classes",
+    "femnist": "client files (dataset.format leaf, tff_h5 or fedscale_csv): FEMNIST, one client per writer, "
+               "28x28 grey, 62 classes",
+    "shakespeare": "client files (format leaf or tff_h5): Shakespeare, one client per speaking role, 80-character "
+                   "windows, next-character targets over LEAF's 80 letters",
+    "synthetic_leaf": "client files (format leaf): LEAF's Synthetic data set, one client per user, vectors",
     "mnist1d": "MNIST-1D: 40-long 1-D digit signals, generated locally (mnist1d package, no download), 10 classes",
 }
 
@@ -104,6 +110,9 @@ class Dataset:
     y_test: torch.Tensor
     num_classes: int
     natural_clients: tuple[np.ndarray, ...] | None = None
+    natural_tests: tuple[np.ndarray, ...] | None = None
+    """Client files only: every natural client's own test samples (indices into ``x_test``,
+    which is their union)."""
 
     @property
     def input_shape(self) -> tuple[int, ...]:

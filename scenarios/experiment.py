@@ -81,6 +81,7 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
             raise PluginError(str(exc)) from None
     algorithm = algorithm_class(scenario.algorithm.name)(scenario.algorithm.params, factory)
     algorithm.num_clients = scenario.population.num_clients
+    algorithm.server_optimizer = scenario.algorithm.server_optimizer
     codec = scenario.upload.compression
     problem = codec.size_problem(factory.num_params) if codec is not None and codec.type == "top_k" else None
     if problem:

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from fedclock.actors.federation import Federation
+from fedclock.scenarios.client_files import load_client_files
 from fedclock.scenarios.client_split import client_test_split
-from fedclock.scenarios.datasets import DatasetError, load_dataset
+from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
 
@@ -44,7 +45,9 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         from fedclock.scenarios.domains import build_domain_federation
 
         return build_domain_federation(cfg, num_clients, seed)
-    ds = load_dataset(cfg, seed, num_clients)
+    ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else load_dataset(cfg, seed, num_clients)
+    if ds.natural_tests is not None and ds.natural_clients is not None:
+        return _with_own_tests(ds)
     if isinstance(cfg.partition, NaturalPartition):
         if ds.natural_clients is None or len(ds.natural_clients) != num_clients:
             raise DatasetError(f"dataset.partition: {cfg.name} has no natural split into {num_clients} clients; "
@@ -72,3 +75,17 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         x_test, y_test = ds.x_train[pooled_test], ds.y_train[pooled_test]
     return Federation(x=ds.x_train, y=ds.y_train, client_train=train, client_test=test,
                       x_test=x_test, y_test=y_test, num_classes=ds.num_classes, dataset_name=ds.name)
+
+
+def _with_own_tests(ds: Dataset) -> Federation:
+    """Client files with a natural split: every client keeps its own train and test samples
+    (:mod:`fedclock.scenarios.client_files`); the test samples sit after the training pool in
+    the shared tensors, and the global test set is their union."""
+    assert ds.natural_clients is not None and ds.natural_tests is not None
+    offset = len(ds.y_train)
+    x = torch.cat([ds.x_train, ds.x_test])
+    y = torch.cat([ds.y_train, ds.y_test])
+    tests = [np.asarray(t, dtype=np.int64) + offset for t in ds.natural_tests]
+    return Federation(x=x, y=y, client_train=[np.asarray(p, dtype=np.int64) for p in ds.natural_clients],
+                      client_test=tests, x_test=x[offset:], y_test=y[offset:], num_classes=ds.num_classes,
+                      dataset_name=ds.name)

@@ -37,7 +37,7 @@ from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.plugins import PluginError, algorithm_class, find, from_object
 from fedclock.scenarios.selection_config import resolve_selection, selection_problem
 from fedclock.scenarios.datasets import DATASET_NAMES, check_loader
-from fedclock.scenarios.schema import AlgorithmConfig, Scenario
+from fedclock.scenarios.schema import AlgorithmConfig, Scenario, ServerOptimizerConfig, ServerOptimizerSection
 
 DISCRIMINATORS = ("type", "name", "dist")
 _RELATIVE_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
@@ -365,6 +365,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None, impo
         data = _resolve_named(data, base_dir)
     except PluginError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
+    server_optimizer = _server_optimizer(algo.pop("server_optimizer", None), cls, name, where)
     try:
         params = cls.Params.model_validate(algo)
     except ValidationError as exc:
@@ -374,7 +375,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None, impo
     if objective is not None and objective not in cls.objectives:
         raise ScenarioError(f"{where}: algorithm.objective: algorithm {name!r} does not train with {objective!r} "
                             f"(allowed: {', '.join(sorted(cls.objectives))})")
-    data["algorithm"] = AlgorithmConfig(name=name, params=params)
+    data["algorithm"] = AlgorithmConfig(name=name, params=params, server_optimizer=server_optimizer)
     if "selection" in data:
         try:
             data["selection"] = resolve_selection(data["selection"], base_dir, format_error)
@@ -441,17 +442,21 @@ def _shipped(data: dict, kind: str, builtin: Any) -> bool:
 def _validate_rest(data: dict, name: str, where: str, base_dir: Path | None) -> Scenario:
     """The scenario's sections but the algorithm's own fields (which need its class)."""
     params: BaseModel
+    algo = {k: v for k, v in data["algorithm"].items() if k != "name"}
+    raw_optimizer = algo.pop("server_optimizer", None)
     if name in ALGORITHMS:
         cls = ALGORITHMS[name]
-        algo = {k: v for k, v in data["algorithm"].items() if k != "name"}
         try:
             params = cls.Params.model_validate(algo)
         except ValidationError as exc:
             raise ScenarioError(f"{where}: {format_error(exc, cls.Params, ('algorithm',))}") from None
+        server_optimizer = _server_optimizer(raw_optimizer, cls, name, where)
     else:
-        params = UncheckedParams.model_validate({k: v for k, v in data["algorithm"].items() if k != "name"})
+        params = UncheckedParams.model_validate(algo)
+        server_optimizer = _server_optimizer(raw_optimizer, object, name, where)
     try:
-        scenario = Scenario.model_validate({**data, "algorithm": AlgorithmConfig(name=name, params=params)},
+        config = AlgorithmConfig(name=name, params=params, server_optimizer=server_optimizer)
+        scenario = Scenario.model_validate({**data, "algorithm": config},
                                            context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
@@ -479,6 +484,19 @@ def _no_bool_numbers(value: Any, raw: Any, where: str, path: tuple = ()) -> None
         for key, v in value.items():
             if key in raw:
                 _no_bool_numbers(v, raw[key], where, path + (key,))
+
+def _server_optimizer(raw: object, cls: type, name: str, where: str) -> ServerOptimizerConfig | None:
+    """``algorithm.server_optimizer`` validated (None when absent); refused for an algorithm
+    whose server moves no global model."""
+    if raw is None:
+        return None
+    if not getattr(cls, "moves_global_model", True):
+        raise ScenarioError(f"{where}: algorithm.server_optimizer: algorithm {name!r} moves no global model, so a "
+                            "server optimizer has nothing to step; remove it")
+    try:
+        return ServerOptimizerSection.model_validate({"server_optimizer": raw}).server_optimizer
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {format_error(exc, ServerOptimizerSection, ('algorithm',))}") from None
 
 
 def _resolve_named(data: dict, base_dir: Path | None) -> dict:

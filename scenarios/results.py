@@ -207,6 +207,8 @@ def resolved_dict(scenario: Scenario) -> dict[str, Any]:
     """The scenario with every default filled in, in the file format (loadable again)."""
     data = scenario.model_dump(mode="json", exclude={"algorithm", "selection"})
     data["algorithm"] = {"name": scenario.algorithm.name, **scenario.algorithm.params.model_dump(mode="json")}
+    if scenario.algorithm.server_optimizer is not None:
+        data["algorithm"]["server_optimizer"] = scenario.algorithm.server_optimizer.model_dump(mode="json")
     if not (scenario.selection.is_uniform and not scenario.selection.disclose):  # the default section is left out
         data["selection"] = selection_dict(scenario.selection)
     return data

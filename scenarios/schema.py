@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
 # them into the file format and re-exports them under their old names here.
+from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
                                             RuntimeConfig)
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
@@ -49,6 +50,8 @@ __all__ = [
     "CohortEvent",
     "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
     "TimelineEvent", "timeline_problem",
+    "ServerOptimizerConfig", "ServerOptimizerSection", "FileFormat", "FORMAT_DATASETS", "FILE_DATASETS",
+    "GeneratedFiles",
     # Defined here.
     "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES", "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES",
     "IIDPartition", "DirichletPartition", "DirichletByClassPartition", "ShardsPartition", "PathologicalPartition",
@@ -132,9 +135,16 @@ class ClassSamplingPartition(StrictModel):
 
 
 class NaturalPartition(StrictModel):
-    """Use the dataset's own per-client split (e.g. Synthetic(alpha, beta))."""
+    """Use the dataset's own per-client split (Synthetic(alpha, beta), or every user of a
+    client-file format: LEAF, TFF HDF5, FedScale CSV). For client files, ``min_samples`` keeps
+    the users with at least that many samples (train + test, LEAF's ``-k``) and
+    ``sample_clients`` keeps that many of them drawn at random from the scenario seed."""
 
     type: Literal["natural"]
+    min_samples: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="client files only: keep users with at least this many samples (train + test)")
+    sample_clients: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="client files only: keep this many users, drawn reproducibly from the seed")
 
 
 PartitionConfig = Annotated[
@@ -149,7 +159,29 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 """Multi-domain sources (:mod:`fedclock.scenarios.domains`): ``pool: all`` is not offered for them."""
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope", "mnist1d"]
+                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
+                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d"]
+
+FileFormat = Literal["leaf", "tff_h5", "fedscale_csv"]
+"""Published client-file formats (:mod:`fedclock.scenarios.client_files`)."""
+FORMAT_DATASETS: dict[str, tuple[str, ...]] = {
+    "leaf": ("femnist", "shakespeare", "synthetic_leaf"),
+    "tff_h5": ("femnist", "shakespeare", "cifar100"),
+    "fedscale_csv": ("femnist",),
+}
+"""The datasets each format is read for."""
+FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf")
+"""Datasets that exist only as client files (they need ``dataset.format``)."""
+
+
+class GeneratedFiles(StrictModel):
+    """``dataset.generate``: write a small data set in ``dataset.format`` from the scenario
+    seed and read it back through the format's reader (quick runs and tests; no download).
+    Users' sizes are log-normal around ``mean_samples`` (natural size heterogeneity)."""
+
+    users: Annotated[int, Field(ge=2, le=100_000)] = 20
+    mean_samples: Annotated[int, Field(ge=2, le=10_000)] = 40
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
 
 
 PluginName = Annotated[str, Field(min_length=1, max_length=400)]
@@ -200,13 +232,40 @@ class DatasetConfig(StrictModel):
         "splits is the global test set")
     partition: PartitionConfig = Field(default_factory=IIDPartition)
     domains: DomainsConfig | None = Field(default=None, description="multi-domain sources only")
+    format: FileFormat | None = Field(default=None, description="read published client files from root: leaf "
+                                      "(train/ and test/ JSON), tff_h5 (TFF HDF5), fedscale_csv (client_data_mapping)")
+    generate: GeneratedFiles | None = Field(default=None, description="instead of root: generate a small data set "
+                                            "in this format from the seed (quick runs)")
+
+    @model_validator(mode="after")
+    def _client_files(self) -> "DatasetConfig":
+        if self.format is None:
+            if self.name in FILE_DATASETS:
+                formats = [f for f, names in FORMAT_DATASETS.items() if self.name in names]
+                raise ValueError(f"format: {self.name} is read from client files; set format "
+                                 f"(allowed: {', '.join(formats)})")
+            if self.generate is not None:
+                raise ValueError("generate: needs dataset.format (allowed: leaf)")
+            natural = self.partition if isinstance(self.partition, NaturalPartition) else None
+            if natural is not None and (natural.min_samples is not None or natural.sample_clients is not None):
+                raise ValueError("partition.min_samples: min_samples and sample_clients apply to client files "
+                                 "(dataset.format); remove them")
+            return self
+        if self.name not in FORMAT_DATASETS[self.format]:
+            raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
+                             f"not {self.name}")
+        if self.generate is not None and self.format != "leaf":
+            raise ValueError(f"generate: generates leaf files only (format is {self.format})")
+        if self.pool == "all":
+            raise ValueError("pool: client files keep every user's own train and test data; use pool: train")
+        return self
 
     @model_validator(mode="after")
     def _natural_only_for_synthetic(self) -> "DatasetConfig":
         if isinstance(self.partition, NaturalPartition) and self.name in get_args(DatasetName) \
-                and self.name != "synthetic":
+                and self.name != "synthetic" and self.format is None:
             raise ValueError("partition.type: 'natural' needs a dataset with its own client split "
-                             "(allowed with: synthetic)")
+                             "(allowed with: synthetic, or client files: dataset.format)")
         if self.name == "synthetic" and self.image_size is not None:
             raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
         if self.name == "synthetic" and self.synthetic_samples * self.synthetic_features > MAX_SYNTHETIC_VALUES:
@@ -235,7 +294,8 @@ class DatasetConfig(StrictModel):
         return self
 
 
-ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn"]
+ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn",
+                       "leaf_cnn", "char_lstm"]
 
 
 class ModelConfig(StrictModel):
@@ -299,12 +359,21 @@ class CKAAnalysis(StrictModel):
 
 
 class AlgorithmConfig(BaseModel):
-    """An algorithm name and its typed hyper-parameters (validated by the loader)."""
+    """An algorithm name and its typed hyper-parameters (validated by the loader), and the
+    optional server optimizer applied to its server step
+    (:mod:`fedclock.algorithms.server_optimizers`)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     name: str
     params: SerializeAsAny[BaseModel]
+    server_optimizer: ServerOptimizerConfig | None = None
+
+
+class ServerOptimizerSection(StrictModel):
+    """``algorithm.server_optimizer`` on its own, as the loader validates it."""
+
+    server_optimizer: ServerOptimizerConfig
 
 
 def evaluation_problem(scenario: "Scenario") -> str | None:

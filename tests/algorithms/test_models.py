@@ -8,14 +8,14 @@ from fedclock.algorithms.models import MODEL_NAMES, ModelFactory
 
 SHAPES = {"mlp": (1, 8, 8), "logistic": (1, 8, 8), "cnn5": (1, 28, 28), "spfl_cnn": (1, 28, 28),
           "spfl_cnn_padded": (1, 8, 8),
-          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8)}
+          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8), "leaf_cnn": (1, 28, 28), "char_lstm": (80,)}
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_model_shapes_and_parts(name: str) -> None:
     factory = ModelFactory(name, SHAPES[name], 7, (16,))
     model = factory.build()
-    x = torch.randn(2, *SHAPES[name])
+    x = torch.randint(0, 7, (2, *SHAPES[name])).float() if name == "char_lstm" else torch.randn(2, *SHAPES[name])
     assert model(x).shape == (2, 7)
     flat = factory.flatten(model)
     assert flat.numel() == factory.num_params == sum(p.numel() for p in model.parameters())
@@ -57,3 +57,21 @@ def test_conv_gn_structure() -> None:
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
     assert model.features(torch.randn(2, 3, 32, 32)).shape == (2, 128)
     assert model.features(torch.randn(2, 3, 8, 8)).shape == (2, 128)
+
+
+def test_leaf_models_are_leafs_reference_networks() -> None:
+    """LEAF's FEMNIST CNN: conv 5x5x32 (same), pool, conv 5x5x64, pool, dense 2048, 62 classes;
+    Shakespeare: embedding 8 over 80 characters, two LSTM layers of 256, dense 80."""
+    cnn = ModelFactory("leaf_cnn", (1, 28, 28), 62)
+    assert cnn.num_params == (32 * 25 + 32) + (64 * 32 * 25 + 64) + (7 * 7 * 64 * 2048 + 2048) + (2048 * 62 + 62)
+    lstm = ModelFactory("char_lstm", (80,), 80)
+    four_gates = 4 * 256
+    layer1 = four_gates * (8 + 256) + 2 * four_gates
+    layer2 = four_gates * (256 + 256) + 2 * four_gates
+    assert lstm.num_params == 80 * 8 + layer1 + layer2 + (256 * 80 + 80)
+    assert lstm.head.stop - lstm.head.start == 256 * 80 + 80
+    model = lstm.build()
+    x = torch.randint(0, 80, (3, 80)).float()
+    assert model(x).shape == (3, 80) and model.features(x).shape == (3, 256)
+    with pytest.raises(ValueError, match="char_lstm reads sequences"):
+        ModelFactory("char_lstm", (1, 28, 28), 62).build()

@@ -104,6 +104,15 @@ def test_other_models(name: str) -> None:
     assert_same(*run_both(factory, make))
 
 
+def test_leaf_cnn_is_the_layer_chain_cnn5_is() -> None:
+    """leaf_cnn has cnn5's layer types (two padded conv + pool blocks, dense layers), so the
+    batched kernels run it as they run cnn5 (whose results test_other_models checks)."""
+    from fedclock.algorithms.batched_net import BatchedNet
+
+    assert BatchedNet.plan(ModelFactory("leaf_cnn", (1, 8, 8), 4).build()) is not None
+    check_model(ModelFactory("leaf_cnn", (1, 8, 8), 4).build())
+
+
 def test_rejects_models_with_batchnorm() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
     with pytest.raises(ValueError, match="buffers"):

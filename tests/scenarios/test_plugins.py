@@ -105,7 +105,8 @@ def test_a_users_algorithm_beside_the_file_is_validated_and_runs(tmp_path: Path,
     ({"algorithm": '{name: "not a reference:"}'}, "algorithm.name: 'not a reference:' is not a module:attribute "
                                                   "reference"),
     ({"model": '{name: "TAG_algos:CONSTANT"}'}, "model.name: TAG_algos:CONSTANT is not callable"),
-    ({"model": '{name: tinynet}'}, "model.name: unknown model 'tinynet' (allowed: cnn5, conv_gn, logistic, mlp"),
+    ({"model": '{name: tinynet}'},
+     "model.name: unknown model 'tinynet' (allowed: char_lstm, cnn5, conv_gn, leaf_cnn, logistic, mlp"),
     ({"dataset": '{name: "TAG_algos:ScaledFedAvg"}'}, "dataset.name: TAG_algos:ScaledFedAvg needs the arguments "
                                                        "params, model_factory"),
 ], ids=["module", "attribute", "not-algorithm", "params", "params-typo", "syntax", "model-not-callable",

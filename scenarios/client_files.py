@@ -1,0 +1,127 @@
+"""Naturally partitioned data read from published client files (``dataset.format``).
+
+Cross-device benchmarks ship one data set per user (writer, speaking role, ...): LEAF's
+JSON folders (:mod:`fedclock.scenarios.leaf`), TensorFlow Federated's HDF5 files
+(:mod:`fedclock.scenarios.tff_h5`) and FedScale's ``client_data_mapping`` CSVs
+(:mod:`fedclock.scenarios.fedscale_csv`). Each reader returns the users in file order, each
+with its own train and test samples (:class:`UserData`); :func:`natural_dataset` turns them
+into one :class:`~fedclock.scenarios.datasets.Dataset`:
+
+* the training pool is every user's train samples, concatenated in user order, and the
+  global test set the union of every user's test samples (LEAF's evaluation); a user found
+  only in the test files (LEAF's ``-t user`` split) adds to the global test set only;
+* ``partition: {type: natural}`` makes every user a client with its own train and test
+  samples (``natural_clients``/``natural_tests``), so personalized evaluation runs on each
+  user's own test set; ``min_samples`` keeps users with at least that many samples (train +
+  test, LEAF's ``-k``), then ``sample_clients`` keeps that many users drawn without
+  replacement from a generator seeded by (scenario seed, a fixed stream), in file order;
+  ``population.num_clients`` must equal the number of users left (the error says it);
+* any other partition splits the pooled training samples as for any data set.
+
+Every client shares the pool: a client costs its two index arrays, not a copy of its data,
+so a population of a million users costs what their samples cost plus the index arrays
+(``benchmarks/RESULTS.md``, "Client files"). Inputs are used as the files give them (LEAF's
+reference models train on them unscaled). ``dataset.generate`` writes a small data set in
+the format from the scenario seed into a temporary folder and reads it back
+(:mod:`fedclock.scenarios.leaf_generate`).
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedclock.scenarios.datasets import Dataset, DatasetError, data_root
+from fedclock.scenarios.fedscale_csv import read_fedscale_csv
+from fedclock.scenarios.leaf import read_leaf
+from fedclock.scenarios.leaf_generate import write_leaf
+from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.tff_h5 import read_tff_h5
+from fedclock.scenarios.user_data import UserData
+
+__all__ = ["UserData", "files_root", "load_client_files", "natural_dataset"]
+
+_STREAM_SAMPLE_CLIENTS = 0x4C454601
+
+
+def files_root(cfg: DatasetConfig) -> Path:
+    """The folder holding the files: ``dataset.root`` as given, else
+    ``<data root>/<name>_<format>`` (e.g. ``~/.fedclock/data/femnist_leaf``)."""
+    if cfg.root is not None:
+        return Path(cfg.root).expanduser()
+    return data_root(cfg) / f"{cfg.name}_{cfg.format}"
+
+
+def load_client_files(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """Read ``cfg.format`` files (or generate them, ``cfg.generate``) into a dataset with a
+    natural split. Raises :class:`DatasetError` (one line naming the file) on a bad file."""
+    if cfg.generate is not None:
+        with tempfile.TemporaryDirectory(prefix="fedclock-generated-") as tmp:
+            write_leaf(Path(tmp), cfg.name, cfg.generate, seed)
+            return _read(cfg, Path(tmp), seed, num_clients)
+    return _read(cfg, files_root(cfg), seed, num_clients)
+
+
+def _read(cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Dataset:
+    if cfg.format == "leaf":
+        users, classes = read_leaf(cfg.name, root)
+    elif cfg.format == "tff_h5":
+        users, classes = read_tff_h5(cfg.name, root)
+    elif cfg.format == "fedscale_csv":
+        users, classes = read_fedscale_csv(cfg.name, root)
+    else:  # pragma: no cover - the schema's literal is closed
+        raise DatasetError(f"dataset.format: unknown format {cfg.format!r}")
+    return natural_dataset(cfg, users, classes, seed, num_clients, root)
+
+
+def natural_dataset(cfg: DatasetConfig, users: list[UserData], num_classes: int, seed: int, num_clients: int,
+                    root: Path) -> Dataset:
+    """The users as one dataset (module docstring): filter and sample them for a natural
+    partition, pool their samples, index every client's train and test samples."""
+    test_only = [u for u in users if len(u.y_train) == 0]
+    clients = [u for u in users if len(u.y_train) > 0]
+    if not clients:
+        raise DatasetError(f"dataset.root: the files under {root} hold no training samples")
+    natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
+    if natural is not None:
+        clients = _select(clients, natural, seed, root)
+        if len(clients) != num_clients:
+            raise DatasetError(f"population.num_clients: {num_clients} clients, but the files under {root} give "
+                               f"{len(clients)} users (after min_samples and sample_clients); set "
+                               f"population.num_clients: {len(clients)} or partition.sample_clients")
+    sizes = np.array([len(u.y_train) for u in clients], dtype=np.int64)
+    test_sizes = np.array([len(u.y_test) for u in clients + test_only], dtype=np.int64)
+    x_train = torch.from_numpy(np.concatenate([u.x_train for u in clients]).astype(np.float32, copy=False))
+    y_train = torch.from_numpy(np.concatenate([u.y_train for u in clients]).astype(np.int64, copy=False))
+    tests = [u for u in clients + test_only if len(u.y_test)]
+    if tests:
+        x_test = torch.from_numpy(np.concatenate([u.x_test for u in tests]).astype(np.float32, copy=False))
+        y_test = torch.from_numpy(np.concatenate([u.y_test for u in tests]).astype(np.int64, copy=False))
+    else:
+        x_test, y_test = x_train[:0], y_train[:0]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    test_starts = np.concatenate([[0], np.cumsum(test_sizes)[:-1]])
+    train_parts = tuple(np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, sizes))
+    test_parts = tuple(np.arange(s, s + n, dtype=np.int64) for s, n in zip(test_starts[:len(clients)],
+                                                                         test_sizes[:len(clients)]))
+    return Dataset(cfg.name, x_train.contiguous(), y_train, x_test.contiguous(), y_test, num_classes,
+                   train_parts if natural is not None else None, test_parts if natural is not None else None)
+
+
+def _select(users: list[UserData], natural: NaturalPartition, seed: int, root: Path) -> list[UserData]:
+    """LEAF's user filters: at least ``min_samples`` samples, then ``sample_clients`` at random."""
+    if natural.min_samples is not None:
+        users = [u for u in users if u.num_samples >= natural.min_samples]
+        if not users:
+            raise DatasetError(f"dataset.partition.min_samples: no user under {root} has {natural.min_samples} "
+                               "samples; lower min_samples")
+    if natural.sample_clients is not None:
+        if natural.sample_clients > len(users):
+            raise DatasetError(f"dataset.partition.sample_clients: {natural.sample_clients} exceeds the {len(users)} "
+                               f"users under {root} (after min_samples); allowed: 1..{len(users)}")
+        rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_SAMPLE_CLIENTS]))
+        keep = np.sort(rng.choice(len(users), natural.sample_clients, replace=False))
+        users = [users[int(k)] for k in keep]
+    return users

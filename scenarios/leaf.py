@@ -1,0 +1,197 @@
+"""LEAF's JSON client files (``dataset.format: leaf``).
+
+Caldas et al., "LEAF: A Benchmark for Federated Settings", 2018 (arXiv:1812.01097). LEAF's
+preprocessing leaves ``train/*.json`` and ``test/*.json`` under a data set's folder (the
+folder ``dataset.root`` names); every file is ``{"users": [...], "num_samples": [...],
+"user_data": {user: {"x": [...], "y": [...]}}}`` (an optional ``"hierarchies"`` is ignored).
+Users are read in file-name order, then in each file's ``users`` order; a user's train and
+test samples are matched by name (LEAF's ``-t sample`` split gives both, ``-t user`` gives
+disjoint users: see :mod:`fedclock.scenarios.client_files`).
+
+Per data set:
+
+* ``femnist``: ``x`` are 784 numbers (a 28x28 image, row by row) read as ``(1, 28, 28)``
+  images unscaled, ``y`` class indices 0..61 (LEAF's reference CNN reads them as given).
+* ``shakespeare``: ``x`` are strings of 80 characters, ``y`` the next character; both are
+  mapped to indices of LEAF's 80-letter vocabulary (:data:`LEAF_LETTERS`, the order of
+  LEAF's ``models/utils/language_utils.py``), so inputs are ``(80,)`` index sequences and
+  there are 80 classes. A character outside the vocabulary is an error naming the file
+  (LEAF's own lookup would give -1, which its embedding cannot take).
+* ``synthetic_leaf``: ``x`` are equal-length vectors, ``y`` class indices; the classes are
+  the largest label + 1.
+
+Any departure from this layout is a one-line :class:`~fedclock.scenarios.datasets.DatasetError`
+naming the file and what is wrong.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from fedclock.scenarios.datasets import DatasetError
+from fedclock.scenarios.user_data import UserData
+
+__all__ = ["LEAF_LETTERS", "FEMNIST_CLASSES", "read_leaf", "letter_indices"]
+
+LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+"""LEAF's Shakespeare vocabulary, in its order (80 characters)."""
+FEMNIST_CLASSES = 62
+"""Digits, upper- and lower-case letters."""
+WINDOW = 80
+"""Characters of a Shakespeare input."""
+
+_TABLE = np.full(0x10000, -1, dtype=np.int64)
+_TABLE[[ord(c) for c in LEAF_LETTERS]] = np.arange(len(LEAF_LETTERS))
+
+
+def letter_indices(text: str) -> np.ndarray:
+    """Indices of ``text``'s characters in :data:`LEAF_LETTERS` (-1 for any other)."""
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    out = np.full(len(codes), -1, dtype=np.int64)
+    small = codes < len(_TABLE)
+    out[small] = _TABLE[codes[small]]
+    return out
+
+
+class _Bad(Exception):
+    """What is wrong with one user's samples (the caller adds the file and user)."""
+
+
+def _femnist(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        xs = np.asarray(x, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise _Bad("x must be lists of 784 numbers (28x28 images)") from None
+    if xs.ndim != 2 or xs.shape[1] != 784:
+        raise _Bad(f"x must be lists of 784 numbers (28x28 images), got shape {xs.shape}")
+    if not np.isfinite(xs).all():
+        raise _Bad("x holds a value that is not a finite number")
+    return xs.reshape(-1, 1, 28, 28), _labels(y, FEMNIST_CLASSES)
+
+
+def _shakespeare(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    if not all(isinstance(s, str) and len(s) == WINDOW for s in x):
+        raise _Bad(f"x must be strings of {WINDOW} characters")
+    if not all(isinstance(s, str) and len(s) == 1 for s in y):
+        raise _Bad("y must be single characters (the next character)")
+    xs = letter_indices("".join(x)).reshape(len(x), WINDOW)
+    ys = letter_indices("".join(y))
+    for arr in (xs, ys):
+        if (arr < 0).any():
+            text = "".join(x) if arr is xs else "".join(y)
+            bad = text[int(np.flatnonzero(arr.reshape(-1) < 0)[0])]
+            raise _Bad(f"character {bad!r} is not in LEAF's 80-letter vocabulary")
+    return xs.astype(np.float32), ys
+
+
+def _vectors(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        xs = np.asarray(x, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise _Bad("x must be lists of numbers of one length") from None
+    if xs.ndim != 2 or (len(xs) and xs.shape[1] == 0):
+        raise _Bad(f"x must be lists of numbers of one length, got shape {xs.shape}")
+    return xs, _labels(y, None)
+
+
+def _labels(y: list, classes: int | None) -> np.ndarray:
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in y):
+        raise _Bad("y must be integer class labels")
+    ys = np.asarray(y, dtype=np.int64)
+    if len(ys) and ys.min() < 0:
+        raise _Bad(f"y holds the negative label {int(ys.min())}")
+    if len(ys) and classes is not None and ys.max() >= classes:
+        raise _Bad(f"y holds label {int(ys.max())}, outside 0..{classes - 1}")
+    return ys
+
+
+_CONVERT: dict[str, Callable[[list, list], tuple[np.ndarray, np.ndarray]]] = {
+    "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _vectors}
+
+
+def read_leaf(name: str, root: Path) -> tuple[list[UserData], int]:
+    """Every user of ``root/train`` and ``root/test`` (train users first, in file order, then
+    users found only in test files) and the number of classes."""
+    convert = _CONVERT[name]
+    train = _read_folder(root, "train", convert)
+    test = _read_folder(root, "test", convert)
+    users: list[UserData] = []
+    for user, (x, y) in train.items():
+        xt, yt = test.pop(user, (x[:0], y[:0]))
+        users.append(UserData(user, x, y, xt, yt))
+    for user, (xt, yt) in test.items():
+        users.append(UserData(user, xt[:0], yt[:0], xt, yt))
+    shapes = {u.x_train.shape[1:] if len(u.y_train) else u.x_test.shape[1:] for u in users}
+    if len(shapes) > 1:
+        raise DatasetError(f"dataset.root: the users under {root} have samples of different shapes "
+                           f"({', '.join(str(s) for s in sorted(shapes))})")
+    if name == "femnist":
+        classes = FEMNIST_CLASSES
+    elif name == "shakespeare":
+        classes = len(LEAF_LETTERS)
+    else:
+        classes = max(int(u.y_train.max(initial=0)) for u in users) + 1
+        classes = max(classes, max(int(u.y_test.max(initial=0)) for u in users) + 1, 2)
+    return users, classes
+
+
+def _read_folder(root: Path, part: str, convert: Callable[[list, list], tuple[np.ndarray, np.ndarray]]
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    folder = root / part
+    if not folder.is_dir():
+        raise DatasetError(f"dataset.root: {root} has no {part}/ folder (LEAF's layout: train/*.json and "
+                           "test/*.json); point root at the folder that holds them")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise DatasetError(f"dataset.root: {folder} holds no .json files (LEAF's layout)")
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    where: dict[str, Path] = {}
+    for path in files:
+        for user, xy in _read_file(path, convert):
+            if user in out:
+                raise DatasetError(f"{path}: user {user!r} is also in {where[user]} (each user in one file)")
+            out[user], where[user] = xy, path
+    return out
+
+
+def _read_file(path: Path, convert: Callable[[list, list], tuple[np.ndarray, np.ndarray]]
+               ) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data: Any = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path}: a LEAF file is an object with users, num_samples and user_data")
+    missing = [k for k in ("users", "num_samples", "user_data") if k not in data]
+    if missing:
+        raise DatasetError(f"{path}: no {', '.join(missing)} (a LEAF file holds users, num_samples and user_data)")
+    users, counts, user_data = data["users"], data["num_samples"], data["user_data"]
+    if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+        raise DatasetError(f"{path}: users must be a list of user names")
+    if not isinstance(counts, list) or len(counts) != len(users):
+        raise DatasetError(f"{path}: num_samples must list one count per user ({len(users)} users)")
+    if not isinstance(user_data, dict):
+        raise DatasetError(f"{path}: user_data must map every user to its x and y")
+    if len(set(users)) != len(users):
+        raise DatasetError(f"{path}: a user is listed twice in users")
+    out = []
+    for user, count in zip(users, counts):
+        entry = user_data.get(user)
+        if not isinstance(entry, dict) or not isinstance(entry.get("x"), list) or not isinstance(entry.get("y"), list):
+            raise DatasetError(f"{path}: user {user!r} has no x and y lists in user_data")
+        x, y = entry["x"], entry["y"]
+        if len(x) != len(y) or len(x) != count:
+            raise DatasetError(f"{path}: user {user!r} has {len(x)} x and {len(y)} y but num_samples says {count}")
+        if count == 0:
+            continue  # a user without samples in this part is as if absent from it
+        try:
+            out.append((user, convert(x, y)))
+        except _Bad as bad:
+            raise DatasetError(f"{path}: user {user!r}: {bad}") from None
+    return out
