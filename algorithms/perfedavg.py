@@ -61,8 +61,8 @@ class PerFedAvg(FedAvg):
       from the shared batch stream; a client with fewer samples gets ``k`` equal slices of
       its whole set) and moves ``w <- w - beta * direction`` with
       :func:`meta_gradient`. ``local_steps(n)`` counts steps of one ``batch_size`` each, as for
-      FedAvg; ``work`` charges 2 passes per sample of a step (FO) or 4 (HF: the extra
-      double-backward of the Hessian-vector product).
+      FedAvg; the task's cost is counted from these passes (FO: two gradient passes per
+      step; HF: also the double-backward of the Hessian-vector product).
     * Upload ``delta = w_local - w_t``; the server is FedAvg's (sample-weighted mean times
       ``server_lr``); in async mode each call's arrivals are averaged the same way.
     * Personalized evaluation: one adaptation step ``w - alpha grad f(w; B)`` on one train
@@ -79,11 +79,6 @@ class PerFedAvg(FedAvg):
     @property
     def parts(self) -> int:
         return 2 if self.params.variant == "fo" else 3
-
-    def work(self, num_samples: int) -> float:
-        steps = self.local_steps(num_samples)
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        return steps * per_step * (2.0 if self.params.variant == "fo" else 4.0)
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
