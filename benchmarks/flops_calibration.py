@@ -112,7 +112,8 @@ def main() -> None:
         flops, seconds = step_seconds(factory, dtype, args.batch, args.repeats)
         predicted = flops / rate
         ratios.append(seconds / predicted)
-        print(f"| {name} | {flops / 1e9:.4f} | {seconds:.4f} | {predicted:.4f} | {seconds / predicted:.2f} |", flush=True)
+        print(f"| {name} | {flops / 1e9:.4f} | {seconds:.4f} | {predicted:.4f} | {seconds / predicted:.2f} |",
+              flush=True)
     print(f"spread (largest / smallest ratio): {max(ratios) / min(ratios):.2f}x")
 
 
