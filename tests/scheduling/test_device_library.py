@@ -47,7 +47,8 @@ def test_mixture_assigns_blocks_and_draws_from_each_class() -> None:
 
 
 @pytest.mark.parametrize("mix, message", [
-    ({"edge_box": 0.5, "unit": "samples_per_s"}, "population.device_mix: library device classes give compute in GFLOP/s"),
+    ({"edge_box": 0.5, "unit": "samples_per_s"},
+     "population.device_mix: library device classes give compute in GFLOP/s"),
     ({"pager": 0.5}, "population.device_mix: unknown device class 'pager' (allowed: low_end_phone"),
     ({"edge_box": 0.7, "datacenter_gpu": 0.5}, "population.device_mix: fractions add up to 1.2 (at most 1)"),
     ({"edge_box": 0}, "population.device_mix: Input should be greater than 0 (got 0)"),
