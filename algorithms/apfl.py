@@ -87,8 +87,8 @@ class APFL(FedAvg):
     ``alpha_p v_p + (1 - alpha_p) w`` with w the latest received global model.
     **Choices:** the three updates are simultaneous (one SGD step on a joint objective,
     :func:`_apfl_loss`); alpha takes a projected step of its own inside the step hook, so
-    momentum, weight decay and gradient clipping act on w and v only; a step costs two
-    passes per sample (``sample_cost = 2``).
+    momentum, weight decay and gradient clipping act on w and v only; a step's two passes
+    are counted (:mod:`fedclock.algorithms.task_cost`).
 
     Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
     ``simsiam`` give FedStyle's Table 1 "APFL" baseline: w and v are both encoder +
@@ -105,7 +105,6 @@ class APFL(FedAvg):
     summary: ClassVar[str] = "FedAvg plus a local model mixed with the global one by an adaptive alpha"
     paper: ClassVar[str] = "Deng et al., Adaptive Personalized Federated Learning, arXiv 2020"
     Params: ClassVar[type[AlgorithmParams]] = APFLParams
-    sample_cost: ClassVar[float] = 2.0
 
     def __init__(self, params: APFLParams, model_factory: ModelFactory) -> None:
         super().__init__(params, model_factory)

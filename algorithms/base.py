@@ -22,10 +22,9 @@ receives, what it returns and what it may draw from ``rng``):
 * ``evaluate_global`` / ``evaluate_client`` for global and personalized accuracy, and
   ``server_metrics(state)`` for numbers about the global state recorded with them.
 
-Algorithms also declare what they cost, so virtual time is computed from the task itself:
-``download_bytes``/``upload_bytes`` (the real sizes of the tensors they send) and
-``work(num_samples)`` (sample passes times per-sample cost); a task that runs only part of
-the local steps costs ``work_for_steps(num_samples, steps)``.
+Algorithms declare what they send, ``download_bytes``/``upload_bytes`` (the real sizes of
+the tensors); what a task computes is not declared but counted from ``client_update`` itself
+(FLOPs and peak memory, :mod:`fedclock.algorithms.task_cost`).
 
 Writing one of your own: subclass :class:`Algorithm` (or a shipped algorithm), set ``name``,
 ``Params`` and ``modes``, implement ``client_update`` and ``server_receive``; a missing class
@@ -230,8 +229,6 @@ class Algorithm(ABC, Generic[P]):
     """Protocol modes it runs in, a subset of ``{"sync", "async"}``: in ``sync`` mode
     ``server_receive`` gets a round's cohort, in ``async`` mode single arrivals (or the
     arrivals of one aggregation window)."""
-    sample_cost: ClassVar[float] = 1.0
-    """Forward/backward passes per training sample, relative to plain SGD."""
     partial_work: ClassVar[bool] = True
     """True when ``client_update`` runs exactly :meth:`task_steps` local steps, so the clock
     may cut a task short (``population.completeness``). Algorithms whose local work has
@@ -464,19 +461,6 @@ class Algorithm(ABC, Generic[P]):
     def task_steps(self, data: ClientData) -> int:
         """Steps this task runs: the clock's ``data.steps`` if set, else the full count."""
         return data.steps if data.steps is not None else self.local_steps(data.num_train)
-
-    def work(self, num_samples: int) -> float:
-        """Unit-cost sample passes of one task (what the device's compute speed divides)."""
-        steps = self.local_steps(num_samples)
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        return steps * per_step * self.sample_cost
-
-    def work_for_steps(self, num_samples: int, steps: int) -> float:
-        """Work of a task that runs ``steps`` of the ``local_steps(num_samples)`` steps: the
-        full task's :meth:`work` scaled by the share of steps run (so a subclass that
-        overrides :meth:`work` is charged consistently)."""
-        full = self.local_steps(num_samples)
-        return self.work(num_samples) * steps / full
 
 
 def epoch_steps(num_samples: int, batch_size: int, epochs: float) -> int:

@@ -35,8 +35,8 @@ class Ditto(FedAvg):
     SGD steps (default: as many as the global model's) on
     ``F_p(v) + lam/2 ||v - w^t||^2`` with the same ``lr`` and batch size. Personalized
     accuracy: v_p. **Choices:** the global model's steps run first, then the personal ones,
-    drawing batches from the task's generator in that order; the task costs two passes per
-    sample (``sample_cost = 2``).
+    drawing batches from the task's generator in that order (both are counted as the
+    task's cost, :mod:`fedclock.algorithms.task_cost`).
 
     Objective (``objective``): ``supervised`` is the paper's cross-entropy; ``simclr`` /
     ``simsiam`` give FedStyle's Table 1 "Ditto" baseline: both the global and the personal
@@ -52,7 +52,6 @@ class Ditto(FedAvg):
     summary: ClassVar[str] = "FedAvg plus a personal model regularized towards the global model"
     paper: ClassVar[str] = "Li et al., Ditto: Fair and Robust Federated Learning Through Personalization, ICML 2021"
     Params: ClassVar[type[AlgorithmParams]] = DittoParams
-    sample_cost: ClassVar[float] = 2.0
     vectorizable: ClassVar[bool] = True  # both phases are SGD (the pull is a proximal term): sgd_plan
 
     def _personal_steps(self, n: int) -> int:
@@ -108,8 +107,3 @@ class Ditto(FedAvg):
         state = self.client_update(payload, client_state, data, rng).state
         assert state is not None  # Ditto's tasks always keep the personal model
         return state["personal"]
-
-    def work(self, num_samples: int) -> float:
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        work = (self.local_steps(num_samples) + self._personal_steps(num_samples)) * per_step
-        return 2.0 * work if self.ssl else work  # a self-supervised step passes two views

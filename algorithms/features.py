@@ -85,6 +85,3 @@ def class_feature_stats(features: Callable[[torch.Tensor], torch.Tensor], x: tor
 
 
 
-FORWARD_ONLY_COST = 1.0 / 3.0
-"""Cost of a forward pass without backward, relative to a training pass (forward + backward,
-the backward taking about twice the forward): what a statistics pass over the data charges."""

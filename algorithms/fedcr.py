@@ -12,7 +12,7 @@ from torch import nn
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
     ServerState, Tensors, evaluate_flat
-from fedclock.algorithms.features import FORWARD_ONLY_COST, body_and_head_upload, class_feature_stats, join_parts, \
+from fedclock.algorithms.features import body_and_head_upload, class_feature_stats, join_parts, \
     mean_body_and_head
 from fedclock.algorithms.models import FedModel, ModelFactory
 from fedclock.algorithms.training import local_sgd
@@ -174,9 +174,6 @@ class FedCR(Algorithm[FedCRParams]):
         f = self.model_factory
         c, z = self.num_classes, self.params.z_dim
         return 4 * (self._part_size(f.body) + self._part_size(f.head) + c + 2 * c * z)
-
-    def work(self, num_samples: int) -> float:
-        return super().work(num_samples) + num_samples * FORWARD_ONLY_COST
 
     # ------------------------------------------------------------------ hooks
     def init_server(self, rng: torch.Generator) -> ServerState:

@@ -6,7 +6,6 @@ from typing import ClassVar
 from pydantic import Field
 
 from fedclock.algorithms.base import AlgorithmParams
-from fedclock.algorithms.momentum import SAM_HYPERBOLIC_COST
 from fedclock.algorithms.mofedsam import MoFedSAM, MoFedSAMParams
 
 _PAPER = "Federated Learning with Manifold Regularization and Normalized Update Reaggregation, NeurIPS 2023"
@@ -69,7 +68,6 @@ class FedMRUR(MoFedSAM):
     summary: ClassVar[str] = "FedMRUR: MoFedSAM + hyperbolic manifold regularizer + normalized aggregation"
     paper: ClassVar[str] = _PAPER
     Params: ClassVar[type[AlgorithmParams]] = FedMRURParams
-    sample_cost: ClassVar[float] = SAM_HYPERBOLIC_COST
     normalized: ClassVar[bool] = True
     hyperbolic: ClassVar[bool] = True
 

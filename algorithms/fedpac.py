@@ -11,7 +11,7 @@ from torch import nn
 
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, ClientData, ClientResult, EvalResult, \
     ServerState, Tensors, epoch_steps, evaluate_flat
-from fedclock.algorithms.features import FORWARD_ONLY_COST, body_and_head_upload, class_feature_stats, feature_dim, \
+from fedclock.algorithms.features import body_and_head_upload, class_feature_stats, feature_dim, \
     join_parts, mean_body_and_head
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.simplex_qp import solve_simplex_qp
@@ -147,11 +147,6 @@ class FedPAC(Algorithm[FedPACParams]):
 
     def _head_steps(self, n: int) -> int:
         return epoch_steps(n, self.params.batch_size, self.params.head_epochs)
-
-    def work(self, num_samples: int) -> float:
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        steps = self._head_steps(num_samples) + self.local_steps(num_samples)
-        return steps * per_step + 2 * num_samples * FORWARD_ONLY_COST
 
     # ------------------------------------------------------------------ hooks
     def init_server(self, rng: torch.Generator) -> ServerState:

@@ -298,14 +298,6 @@ class FedReCo(Algorithm[FedReCoParams]):
         """Body-sized: the penalty gradient (or the trained copy of the global body)."""
         return (self.model_factory.body.stop - self.model_factory.body.start) * 4
 
-    def work(self, num_samples: int) -> float:
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        pair = self.head_step_count(num_samples) + 2 * self.local_steps(num_samples)
-        if self.params.server_update == "average":
-            return 2 * pair * per_step
-        upload_samples = max(num_samples, 1) if self.params.server_gradient_data == "all" else per_step
-        return pair * per_step + 2 * upload_samples
-
 
 class FedReCoDPParams(FedReCoParams, DPParams):
     """FedReCo hyper-parameters plus the Gaussian mechanism's budget, clipping and accounting."""

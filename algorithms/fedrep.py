@@ -81,8 +81,3 @@ class FedRep(LocalHeadAveraging[FedRepParams]):
         body = payload["weights"][self.model_factory.body] + result.upload["body_delta"]
         return with_body(self.model_factory, with_head(self.model_factory, payload["weights"],
                                                        result.state["head"]), body)
-
-    def work(self, num_samples: int) -> float:
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        work = (self._head_steps(num_samples) + self.local_steps(num_samples)) * per_step
-        return 2.0 * work if self.ssl else work  # a self-supervised step passes two views

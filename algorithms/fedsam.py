@@ -7,7 +7,7 @@ import torch
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
-from fedclock.algorithms.sam import SAM_SAMPLE_COST, rho_field, sam_grad_fn
+from fedclock.algorithms.sam import rho_field, sam_grad_fn
 from fedclock.algorithms.training import delta_result
 
 
@@ -35,7 +35,6 @@ class FedSAM(FedAvg):
     summary: ClassVar[str] = "FedSAM: FedAvg with sharpness-aware (SAM) local steps"
     paper: ClassVar[str] = "Qu et al., Generalized Federated Learning via Sharpness Aware Minimization, ICML 2022"
     Params: ClassVar[type[AlgorithmParams]] = FedSAMParams
-    sample_cost: ClassVar[float] = SAM_SAMPLE_COST
     upload_is_delta: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,

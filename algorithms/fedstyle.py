@@ -133,7 +133,6 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
                             "Distributed System (FedStyle)")
     Params: ClassVar[type[AlgorithmParams]] = FedStyleParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
-    sample_cost: ClassVar[float] = 1.0
 
     def __init__(self, params: FedStyleParams, model_factory: ModelFactory) -> None:
         super().__init__(params, model_factory)
@@ -212,9 +211,6 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
 
     def upload_bytes(self) -> int:
         return self.download_bytes()
-
-    def work(self, num_samples: int) -> float:
-        return Algorithm.work(self, num_samples) * (2.0 + 2.0 / 3.0)
 
     # ------------------------------------------------------------------ client
     def extract_style(self, data: ClientData, rng: torch.Generator) -> torch.Tensor:

@@ -6,7 +6,7 @@ from typing import ClassVar
 from fedclock.algorithms.base import AlgorithmParams
 from fedclock.algorithms.fedcm import FedCMParams
 from fedclock.algorithms.momentum import ClientMomentum
-from fedclock.algorithms.sam import SAM_SAMPLE_COST, rho_field
+from fedclock.algorithms.sam import rho_field
 
 
 class MoFedSAMParams(FedCMParams):
@@ -31,5 +31,4 @@ class MoFedSAM(ClientMomentum):
     summary: ClassVar[str] = "MoFedSAM: FedCM client momentum with sharpness-aware (SAM) local gradients"
     paper: ClassVar[str] = "Qu et al., Generalized Federated Learning via Sharpness Aware Minimization, ICML 2022"
     Params: ClassVar[type[AlgorithmParams]] = MoFedSAMParams
-    sample_cost: ClassVar[float] = SAM_SAMPLE_COST
     use_sam: ClassVar[bool] = True

@@ -51,13 +51,10 @@ from fedclock.algorithms.base import AlgorithmParams, Arrival, ClientData, Clien
 from fedclock.algorithms.fedavg import FedAvgParams, FedAvgWithServerVector
 from fedclock.algorithms.flatops import add_to_grads, param_views
 from fedclock.algorithms.hyperbolic import manifold_regularizer
-from fedclock.algorithms.sam import SAM_SAMPLE_COST, sam_grad_fn
+from fedclock.algorithms.sam import sam_grad_fn
 from fedclock.algorithms.schedules import local_lr
 from fedclock.algorithms.vectorized import SGDTask
 
-FORWARD_COST = 1.0 / 3.0
-"""A forward pass without backward, relative to a forward/backward pass (the frozen global
-model's features in FedMRUR's regularizer)."""
 
 
 class ClientMomentumParams(FedAvgParams):
@@ -190,5 +187,3 @@ class ClientMomentum(FedAvgWithServerVector):
                             metrics=metrics)
 
 
-SAM_HYPERBOLIC_COST = SAM_SAMPLE_COST + FORWARD_COST
-"""Per-sample cost of a SAM step plus one forward pass of the frozen global model."""

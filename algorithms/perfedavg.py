@@ -63,8 +63,8 @@ class PerFedAvg(FedAvg):
       from the shared batch stream; a client with fewer samples gets ``k`` equal slices of
       its whole set) and moves ``w <- w - beta * direction`` with
       :func:`meta_gradient`. ``local_steps(n)`` counts steps of one ``batch_size`` each, as for
-      FedAvg; ``work`` charges 2 passes per sample of a step (FO) or 4 (HF: the extra
-      double-backward of the Hessian-vector product).
+      FedAvg; the task's cost is counted from these passes (FO: two gradient passes per
+      step; HF: also the double-backward of the Hessian-vector product).
     * ``variant: two_step`` is the Per-FedAvg baseline of the PLGA paper's Table 2 as its
       authors ran it (github.com/MondayCat/PLGA, Algorithms/users/userPerFed.py): on each
       batch two plain SGD steps, the first of ``inner_lr`` (alpha), the second of ``lr``
@@ -93,11 +93,6 @@ class PerFedAvg(FedAvg):
     @property
     def parts(self) -> int:
         return {"fo": 2, "hf": 3, "two_step": 1}[self.params.variant]
-
-    def work(self, num_samples: int) -> float:
-        steps = self.local_steps(num_samples)
-        per_step = min(self.params.batch_size, max(num_samples, 1))
-        return steps * per_step * (4.0 if self.params.variant == "hf" else 2.0)
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:

@@ -37,7 +37,7 @@ class PFedMe(Algorithm[PFedMeParams]):
     * Server: ``w <- (1 - beta) w + beta * mean_p w_p`` (equal weights over the round's
       arrivals; an empty round changes nothing).
     * Personalized accuracy: the client's ``theta_p`` (the global model before its first task).
-    * ``work`` charges K passes per sample of a local round.
+    * A local round's K inner passes are counted as the task's cost.
     """
 
     name: ClassVar[str] = "pfedme"
@@ -45,9 +45,6 @@ class PFedMe(Algorithm[PFedMeParams]):
     paper: ClassVar[str] = "Dinh, Tran, Nguyen, Personalized Federated Learning with Moreau Envelopes, NeurIPS 2020"
     Params: ClassVar[type[AlgorithmParams]] = PFedMeParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
-
-    def work(self, num_samples: int) -> float:
-        return super().work(num_samples) * self.params.inner_steps
 
     def init_server(self, rng: torch.Generator) -> ServerState:
         return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})

@@ -5,7 +5,8 @@ it evaluates the objective at ``w`` (first forward/backward pass), takes the asc
 ``e = rho * g / ||g||`` (``g`` over every parameter that has a gradient, the global L2 norm),
 evaluates the objective again at ``w + e`` (second pass), restores ``w`` exactly (a saved copy) and leaves the
 gradient taken at ``w + e`` in ``.grad`` for the optimizer step. With ``||g|| = 0`` the
-perturbation is zero. An algorithm using it declares ``sample_cost = 2``.
+perturbation is zero. A SAM step's two passes are counted, not declared
+(:mod:`fedclock.algorithms.task_cost`).
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from torch import nn
 
 from fedclock.algorithms.training import GradFn
 
-SAM_SAMPLE_COST = 2.0
-"""Forward/backward passes per sample of a SAM step."""
 
 
 def sam_grad_fn(rho: float) -> GradFn:

@@ -89,7 +89,7 @@ class SPFL(ModelStages, Algorithm[SPFLParams]):
     * ClientUpdate: E epochs of B (``local_steps(n)`` batches). **Twice local update** ("mimic
       MAML", Sec. 4.1): on every batch two successive SGD steps of ``beta`` with the gradient
       recomputed at the moved weights (:func:`twice_grad_fn`; SPFL/client/client.py,
-      ``local_two_update``); ``sample_cost = 2``. The 1-step variants take one step of beta.
+      ``local_two_update``; both counted). The 1-step variants take one step of beta.
       Upload ``g = w_start - w_end`` (eq. 2).
     * **Similarity refresh** (Algorithm 1, ``t % Gamma == 0``), realised on the clock: before
       the first model update and after every ``gamma`` model updates the next server round is
@@ -149,7 +149,6 @@ class SPFL(ModelStages, Algorithm[SPFLParams]):
     payload_is_shared: ClassVar[bool] = False
     twice: ClassVar[bool] = True
     """Twice local update (two SGD steps per batch) instead of one."""
-    sample_cost: ClassVar[float] = 2.0
     """Two forward/backward passes per sample with the twice local update."""
     fuse_weights: ClassVar[bool] = False
     """SPFL-w: fuse the clients' trained weights instead of their updates."""
@@ -310,7 +309,6 @@ class SPFLOneStep(SPFL):
     name: ClassVar[str] = "spfl_1step"
     summary: ClassVar[str] = "SPFL (1-step): SPFL with one local SGD step per batch"
     twice: ClassVar[bool] = False
-    sample_cost: ClassVar[float] = 1.0
 
 
 class SPFLW(SPFL):
@@ -333,4 +331,3 @@ class SPFLWOneStep(SPFLW):
     name: ClassVar[str] = "spfl_w_1step"
     summary: ClassVar[str] = "SPFL-w (1-step): SPFL-w with one local SGD step per batch"
     twice: ClassVar[bool] = False
-    sample_cost: ClassVar[float] = 1.0

@@ -50,8 +50,8 @@ An algorithm takes the self-supervised objective as a hyper-parameter in four st
    the encoder its clients use, which both the k-NN monitor and the final linear
    evaluation read (the default is the body of ``payload["weights"]``).
 
-The mixin also scales :meth:`~fedclock.algorithms.base.Algorithm.work` by the objective's
-cost: two augmented views per sample, so a self-supervised step costs two passes.
+A self-supervised step passes two augmented views per sample; the task's counted cost
+(:mod:`fedclock.algorithms.task_cost`) sees both.
 """
 from __future__ import annotations
 
@@ -360,10 +360,6 @@ class ObjectiveMixin:
             return None
         return unsupervised_loss(self.params.objective, self.params.temperature, self.augment,
                                  derived_generator(rng))
-
-    def work(self, num_samples: int) -> float:
-        base = super().work(num_samples)  # type: ignore[misc]
-        return base * (2.0 if self.ssl else 1.0)
 
     # ------------------------------------------------------------------ representations
     def encoder_from_weights(self, weights: torch.Tensor) -> nn.Module:

@@ -58,7 +58,7 @@ def batches(n: int, batch_size: int, steps: int, rng: torch.Generator) -> Iterat
     time with ``torch.randperm(n, generator=rng)``; a new permutation is drawn when the
     current one is exhausted, and a batch that straddles two epochs takes the end of one
     permutation and the start of the next. Every batch therefore has the same size (what
-    :meth:`Algorithm.work` charges) and every sample is used equally often, up to one.
+    what :mod:`fedclock.algorithms.task_cost` prices) and every sample is used equally often, up to one.
     Indices are int64 tensors on the CPU.
     """
     if n < 1:

@@ -145,7 +145,7 @@ def algorithm_lines(name: str, config: str, factory: ModelFactory, data: list[Cl
     # uploads and kept states (the local baseline uploads nothing; its result is its state)
     diff = max((float((x[key] - y[key]).abs().max()) for a, b in zip(seq, vec)  # type: ignore[attr-defined]
                 for x, y in ((a.upload, b.upload), (a.state or {}, b.state or {})) for key in x), default=0.0)
-    total = sum(alg.work(d.num_train) for d in data)
+    total = sum(alg.local_steps(d.num_train) * min(alg.params.batch_size, d.num_train) for d in data)
     lines = [f"{name:10s} {config:14s} train  sequential {plain_s:6.2f} s  vectorized {vec_s:6.2f} s  "
              f"ratio {plain_s / vec_s:5.2f}x  (CPU-time ratio {plain_c / vec_c:5.2f}x, {total / vec_s:,.0f} "
              f"samples/s)  max|d upload, state|={diff:.1e}"]

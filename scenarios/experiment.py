@@ -5,6 +5,7 @@ import errno
 import os
 import time
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +17,7 @@ from fedclock.actors.runtime import Runtime, ServerLost, Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
@@ -66,6 +68,8 @@ class RunSummary:
     privacy_delta: float = float("nan")
     seed: int = 0
     """The scenario seed of this run (one row per (run, seed) in ``summary.parquet``)."""
+    clients_infeasible: int = 0
+    """Clients whose device memory cannot fit the task (never dispatched)."""
 
 
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
@@ -207,7 +211,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
             if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
                 raise
             checkpoint = _usable_checkpoint(out_dir, mark, on_note)  # None: start over
-    writer.write_clients(_client_table(scenario, federation, devices, writer))
+    writer.write_clients(_client_table(scenario, federation, devices, writer, clock.feasible))
     linear = (float("nan"), float("nan"))
     if finals is not None and has_diagnostics(algorithm):
         write_diagnostics(algorithm, finals[0], out_dir)
@@ -233,6 +237,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         mean_staleness=totals.staleness_sum / totals.applied if totals.applied else 0.0,
         stop_reason=reason, out_dir=out_dir, tasks_lost=totals.lost, linear_generalization=linear[0],
         linear_personalization=linear[1], seed=seed, privacy_epsilon=last.get("dp_epsilon", float("nan")),
+        clients_infeasible=int(np.count_nonzero(~clock.feasible)),
         privacy_delta=last.get("dp_delta", float("nan")))
 
 
@@ -275,8 +280,9 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if cka_at is not None:
         writer.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
                                               None if checkpoint is None else checkpoint.version)
-    costs = TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), algorithm.work,
-                      local_steps=algorithm.local_steps, work_for_steps=algorithm.work_for_steps)
+    task_cost = counted_cost(algorithm, federation.x.dtype)
+    costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
+    feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
     timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
     work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
     backend: Backend = session
@@ -301,11 +307,54 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   backend=backend, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
-                  disclose=scenario.selection.disclose)
+                  disclose=scenario.selection.disclose, feasible=feasible)
     reason = clock.run()
     if replay is not None:
         replay.finished()
     return session, clock, writer, devices, reason
+
+
+_COSTS: dict[tuple[object, ...], TaskCost] = {}
+"""Counted costs by (algorithm class, its parameters, model, input dtype): counting is pure
+(the same inputs give the same numbers), so runs of one process that share an algorithm
+and model (the runs of a file, the seeds of a run) count it once."""
+
+
+def counted_cost(algorithm: Algorithm, input_dtype: torch.dtype) -> TaskCost:
+    """The counted FLOPs and memory of ``algorithm``'s tasks
+    (:class:`~fedclock.algorithms.task_cost.TaskCost`), shared by runs with the same
+    algorithm, parameters, model and input type."""
+    f = algorithm.model_factory
+    key = (type(algorithm), algorithm.params.model_dump_json(), f.name, tuple(f.input_shape), f.num_classes,
+           tuple(f.hidden), f.init_seed, id(f.builder), algorithm.num_clients, input_dtype)
+    if key not in _COSTS:
+        _COSTS[key] = TaskCost(algorithm, input_dtype)
+    return _COSTS[key]
+
+
+def task_costs(algorithm: Algorithm, cost: TaskCost, unit: str) -> TaskCosts:
+    """What the clock charges per task: bytes each way and work, in GFLOP (``unit`` ``gflops``)
+    or in plain training samples of the model (``samples_per_s``: the counted FLOPs over one
+    sample's forward and backward, so a FedAvg task of s steps of B samples is s x B)."""
+    scale = Fraction(10**9) if unit == "gflops" else Fraction(cost.sample_flops())
+
+    def work(num_samples: int) -> float:
+        return float(cost.flops(num_samples) / scale)
+
+    def work_for_steps(num_samples: int, steps: int) -> float:
+        return float(cost.flops(num_samples, steps) / scale)
+
+    return TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), work, local_steps=algorithm.local_steps,
+                     work_for_steps=work_for_steps)
+
+
+def feasible_clients(cost: TaskCost, sizes: np.ndarray, memory_gb: np.ndarray) -> np.ndarray | None:
+    """Per client, whether its device's memory fits its task's peak training memory (None
+    when no device declares memory: every client fits, nothing is traced)."""
+    if not np.isfinite(memory_gb).any():
+        return None
+    return np.array([not np.isfinite(limit) or cost.memory_bytes(int(n)) <= limit * 1e9
+                     for n, limit in zip(sizes.tolist(), memory_gb.tolist())], dtype=bool)
 
 
 def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices, costs: TaskCosts) -> WorkAndLinks:
@@ -338,7 +387,7 @@ def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices
 
 
 def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
-                  writer: ResultsWriter) -> dict[str, np.ndarray | list]:
+                  writer: ResultsWriter, feasible: np.ndarray) -> dict[str, np.ndarray | list]:
     n = federation.num_clients
     ev = writer.client_columns()
     client, status = ev["client"], ev["status"]
@@ -361,4 +410,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "bytes_up": np.bincount(client, weights=ev["bytes_up"], minlength=n).astype(np.int64),
         "tasks_lost": count(status == LOST), "tasks_timed_out": count(status == TIMED_OUT),
         "tasks_cancelled": count(status == CANCELLED),
+        "memory_gb": devices.memory_gb, "feasible": feasible,
     }

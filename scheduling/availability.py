@@ -43,6 +43,17 @@ class Always:
         return math.inf
 
 
+class Never:
+    """Never available: a client whose device cannot fit the task (the clock's
+    :attr:`~fedclock.scheduling.clock.Clock.feasible`)."""
+
+    def available(self, now: float, round_index: int) -> bool:
+        return False
+
+    def next_change(self, now: float) -> float:
+        return math.inf
+
+
 class Periodic:
     """Available in one round, then missing ``period`` rounds (the SPFL/PLGA schedule):
     available in rounds r with (r + offset) mod (period + 1) == 0."""

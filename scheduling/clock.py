@@ -31,7 +31,7 @@ from typing import Any, Callable, Collection, Generator, Protocol, Sequence
 import numpy as np
 import simpy
 
-from fedclock.scheduling.availability import Availability
+from fedclock.scheduling.availability import Availability, Never
 from fedclock.scheduling.candidates import EveryIdleClient, idle_clients
 from fedclock.scheduling.devices import Devices, TaskTiming, task_timing
 from fedclock.scheduling.heterogeneity import WorkAndLinks
@@ -45,6 +45,9 @@ from fedclock.scheduling.selection import (ClientHistory, Disclosed, SelectionVi
                                            overcommitted)
 from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Task,
                                       TaskCosts)
+
+NEVER = Never()
+"""The availability of an infeasible client."""
 
 __all__ = ["APPLIED", "CANCELLED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Backend", "Clock", "Recorder",
            "Script", "Task", "TaskCosts"]
@@ -100,7 +103,8 @@ class Clock:
                  backend: Backend, recorder: Recorder, seed: int,
                  work_and_links: WorkAndLinks | None = None, script: Script | None = None,
                  eval_at: Collection[int] = (), stateless_clients: bool = False,
-                 selector: Selector | None = None, disclose: Collection[str] = ()) -> None:
+                 selector: Selector | None = None, disclose: Collection[str] = (),
+                 feasible: np.ndarray | None = None) -> None:
         self.kernel = Kernel()
         self.env = self.kernel.env
         self.stateless_clients = stateless_clients
@@ -111,6 +115,13 @@ class Clock:
         (set by the protocol)."""
         self.script = script
         self.devices = devices
+        self.feasible: np.ndarray = (np.ones(len(devices), dtype=bool) if feasible is None
+                                     else np.asarray(feasible, dtype=bool))
+        """Per client: whether its device can fit the task (its memory covers the task's
+        peak training memory). An infeasible client is never idle and available, so no
+        protocol or selector ever dispatches it; selectors may read this array."""
+        if not self.feasible.all():
+            availability = [model if ok else NEVER for model, ok in zip(availability, self.feasible.tolist())]
         self.availability = availability
         self.costs = costs
         self.mode = mode

@@ -4,9 +4,15 @@ A task's duration is computed from the client's profile and the task itself, nev
 wall time:
 
     download = bytes_down * 8 / (down_mbps * 1e6) + latency
-    compute  = work / compute            (work: unit-cost sample passes)
+    compute  = work / compute
     upload   = bytes_up * 8 / (up_mbps * 1e6) + latency
     duration = download + compute + upload
+
+``work`` is a number the scenario layer gives the clock per task: GFLOP (counted from the
+algorithm's real local work) with ``compute`` in GFLOP/s, or plain training samples with
+``compute`` in samples per second (``population.compute_unit``). ``memory_gb`` is what a
+device can give to training (inf: not limited); a client whose task needs more is
+infeasible and never dispatched (:class:`~fedclock.scheduling.clock.Clock`).
 """
 from __future__ import annotations
 
@@ -25,8 +31,8 @@ from fedclock.scheduling.traces import DEVICE_COLUMNS, read_device_trace
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """One client's device: compute speed in unit-cost samples per second, link speeds in
-    megabits per second, one-way latency in seconds."""
+    """One client's device: compute speed in GFLOP/s (or samples per second, see the module
+    docstring), link speeds in megabits per second, one-way latency in seconds."""
 
     compute: float
     down_mbps: float
@@ -68,12 +74,15 @@ def task_timing(profile: DeviceProfile, bytes_down: int, bytes_up: int, work: fl
 class Devices:
     """Profiles of the whole population, stored as arrays (cheap for many clients)."""
 
-    def __init__(self, compute: np.ndarray, down_mbps: np.ndarray, up_mbps: np.ndarray, latency_s: np.ndarray) -> None:
+    def __init__(self, compute: np.ndarray, down_mbps: np.ndarray, up_mbps: np.ndarray, latency_s: np.ndarray,
+                 memory_gb: np.ndarray | None = None) -> None:
         self.compute = compute.astype(np.float64)
         self.down_mbps = down_mbps.astype(np.float64)
         self.up_mbps = up_mbps.astype(np.float64)
         self.latency_s = latency_s.astype(np.float64)
         self._len = int(self.compute.shape[0])
+        self.memory_gb = (np.full(self._len, np.inf) if memory_gb is None else memory_gb.astype(np.float64))
+        """Memory each device can give to training, GB (inf: not limited)."""
 
     def __len__(self) -> int:
         return self._len
@@ -99,6 +108,8 @@ class Devices:
         arrays = {}
         for key, field in enumerate(("compute", "down_mbps", "up_mbps", "latency_s")):
             arrays[field] = sample(getattr(dists, field), n, numpy_rng(seed, Stream.DEVICES, key))
+        memory = (np.full(n, np.inf) if dists.memory_gb is None
+                  else sample(dists.memory_gb, n, numpy_rng(seed, Stream.DEVICES, len(arrays))))
         if population.device_mix:
             classes = np.asarray(client_classes(population))
             for index, name in enumerate(population.device_mix):
@@ -106,6 +117,7 @@ class Devices:
                 for key, field in enumerate(("compute", "down_mbps", "up_mbps", "latency_s")):
                     rng = numpy_rng(seed, Stream.DEVICES, key, index + 1)
                     arrays[field][members] = sample(getattr(DEVICE_CLASSES[name], field), len(members), rng)
+                memory[members] = DEVICE_CLASSES[name].memory_gb
         if population.device_trace is not None:
             trace = read_device_trace(population.device_trace, n)
             for row in trace[trace.time_s == 0].itertuples(index=False):
@@ -118,7 +130,9 @@ class Devices:
                 value = getattr(group, field)
                 if value is not None:
                     arrays[field][group.ids] = value
-        return cls(**arrays)
+            if group.memory_gb is not None:
+                memory[group.ids] = group.memory_gb
+        return cls(**arrays, memory_gb=memory)
 
 
 def sample(dist: object, n: int, rng: np.random.Generator) -> np.ndarray:

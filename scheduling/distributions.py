@@ -58,9 +58,11 @@ Distribution = Union[
 
 
 class DeviceDistributions(StrictModel):
-    """How each client's device is drawn. ``compute`` is in unit-cost samples per second
-    (an algorithm whose step costs two passes takes twice as long); bandwidths in megabits
-    per second; latency in seconds, paid once each way."""
+    """How each client's device is drawn. ``compute`` is in GFLOP/s (the FLOPs of a task are
+    counted from the algorithm's real local work, so a step with two passes takes twice as
+    long), or in training samples per second with ``population.compute_unit: samples_per_s``;
+    bandwidths in megabits per second; latency in seconds, paid once each way;
+    ``memory_gb``: memory a device gives to training (unset: not limited)."""
 
     compute: Distribution = 200.0
     down_mbps: Distribution = 50.0
@@ -68,3 +70,4 @@ class DeviceDistributions(StrictModel):
     latency_s: Union[NonNegativeFloat, Annotated[
         Union[ConstantDist, UniformDist, LogUniformDist, LogNormalDist, ChoiceDist],
         Field(discriminator="dist")]] = 0.05
+    memory_gb: Distribution | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -30,6 +30,7 @@ class ClientOverride(StrictModel):
     down_mbps: PositiveFloat | None = None
     up_mbps: PositiveFloat | None = None
     latency_s: NonNegativeFloat | None = None
+    memory_gb: PositiveFloat | None = None
     availability: AvailabilityConfig | None = None
     completeness: CompletenessConfig | None = None
     connectivity: ConnectivityConfig | None = None
@@ -51,6 +52,9 @@ class PopulationConfig(StrictModel):
                                              description="share of the local work a task does")
     connectivity: ConnectivityConfig = Field(default_factory=Reliable,
                                              description="whether a task's result may be lost")
+    compute_unit: Literal["gflops", "samples_per_s"] = Field(
+        default="gflops", description="unit of devices.compute: gflops (a task's work is its counted FLOPs) or "
+        "samples_per_s (a task's work is its counted FLOPs over those of one plain training sample of the model)")
 
     @model_validator(mode="after")
     def _ids_in_range(self) -> "PopulationConfig":
@@ -62,6 +66,9 @@ class PopulationConfig(StrictModel):
         for name in self.device_mix:
             if name not in DEVICE_CLASSES:
                 raise ValueError(f"device_mix: unknown device class {name!r} (allowed: {', '.join(DEVICE_CLASSES)})")
+        if self.device_mix and self.compute_unit != "gflops":
+            raise ValueError("device_mix: library device classes give compute in GFLOP/s (allowed with "
+                             "compute_unit: gflops only)")
         if math.fsum(self.device_mix.values()) > 1 + 1e-9:
             raise ValueError(f"device_mix: fractions add up to {math.fsum(self.device_mix.values()):g} (at most 1)")
         traces = [("device_trace", self.device_trace)] + [("availability.path", self.availability)] + [

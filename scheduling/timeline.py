@@ -65,7 +65,7 @@ class ScriptedDevices(Devices):
 
     def __init__(self, devices: Devices) -> None:
         super().__init__(devices.compute.copy(), devices.down_mbps.copy(), devices.up_mbps.copy(),
-                         devices.latency_s.copy())
+                         devices.latency_s.copy(), devices.memory_gb.copy())
         self.uplink_mbps: float | None = None
 
     def __getitem__(self, client: int) -> DeviceProfile:

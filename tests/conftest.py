@@ -29,10 +29,16 @@ def ray_runtime() -> Iterator[Any]:
 
 
 def scenario(**sections: Any) -> Scenario:
-    """A one-run scenario from sections given as dicts (validated like a file)."""
+    """A one-run scenario from sections given as dicts (validated like a file). The tests'
+    hand-computed durations are in training samples per second, so the population says
+    ``compute_unit: samples_per_s`` unless a test gives the unit itself (or a device mix,
+    whose library classes are in GFLOP/s)."""
     data = {"name": "test", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [8]},
             "population": {"num_clients": 3}, "algorithm": {"name": "fedavg"}, "stop": {"rounds": 2}}
     data.update(sections)
+    population = data["population"]
+    if isinstance(population, dict) and "compute_unit" not in population and "device_mix" not in population:
+        data["population"] = {**population, "compute_unit": "samples_per_s"}
     return parse_suite(data, "test").runs[0]
 
 

@@ -84,9 +84,6 @@ def test_fedsam_client_step_is_a_sam_step() -> None:
     g = flat_grad(w0, data)
     g_sam = flat_grad(w0 + 0.2 * g / g.norm(), data)
     torch.testing.assert_close(result.upload["delta"], -0.3 * g_sam)
-    assert FedSAM.sample_cost == 2 and MoFedSAM.sample_cost == 2 and FedMRURN.sample_cost == 2
-    assert FedMRUR.sample_cost == pytest.approx(2 + 1 / 3) and FedMRURH.sample_cost == pytest.approx(2 + 1 / 3)
-    assert alg.work(6) == 2 * 6
 
 
 # ---------------------------------------------------------------------------- FedProx

@@ -147,7 +147,6 @@ def test_costs_and_params() -> None:
     c, z = 2, 2
     assert alg.download_bytes() == 4 * (16 + 6 + 2 * c * z)
     assert alg.upload_bytes() == 4 * (16 + 6 + c + 2 * c * z)
-    assert alg.work(5) == pytest.approx(3 * 2 + 5 / 3)
     assert get_algorithm("fedcr") is FedCR and FedCR.payload_is_shared
     for bad in ({"z_dim": 0}, {"beta": -1.0}, {"prior_rate": 1.5}, {"z_samples": 0}):
         with pytest.raises(pydantic.ValidationError):

@@ -147,7 +147,6 @@ def test_start_head_priority_and_costs() -> None:
     # body 6 + head 6 + centroids 2x2 + counts 2 + flag 1 floats down; up: 2 C x d blocks + C + V
     assert alg.download_bytes() == 4 * (6 + 6 + 4 + 2 + 1)
     assert alg.upload_bytes() == 4 * (6 + 6 + 8 + 2 + 1)
-    assert alg.work(5) == pytest.approx((3 + 3) * 2 + 2 * 5 / 3)
     assert FedPAC.payload_is_shared is False and get_algorithm("fedpac") is FedPAC
     with pytest.raises(pydantic.ValidationError):
         FedPACParams(lam=-1)

@@ -28,7 +28,6 @@ def test_ditto_global_and_personal_steps() -> None:
     assert torch.allclose(result.state["personal"], expected, atol=1e-6)
     first = alg.client_update({"weights": W}, None, DATA, gen())
     assert torch.allclose(first.state["personal"], W - LR * grad(ce, W), atol=1e-6)
-    assert alg.work(4) == 2 * 4
 
 
 def test_fedrep_head_then_body() -> None:

@@ -46,7 +46,6 @@ def test_perfedavg_step(variant: str) -> None:
         h = hessian(lambda w: loss(w, *parts[2]), W)  # full 6x6 Hessian
         direction = g2 - a * h @ g2
     assert torch.allclose(result.upload["delta"], -b * direction, atol=1e-6)
-    assert alg.work(6) == 1 * B * (2.0 if variant == "fo" else 4.0)
 
 
 def test_perfedavg_evaluates_after_one_adaptation_step() -> None:
@@ -68,7 +67,6 @@ def test_pfedme_local_round_and_server_mix() -> None:
         w = w - eta * lam * (w - theta)
     assert torch.allclose(result.upload["weights"], w, atol=1e-6)
     assert torch.allclose(result.state["theta"], theta, atol=1e-6)
-    assert alg.work(6) == 2 * 6 * K
     state = alg.init_server(torch.Generator().manual_seed(0))
     w_g = state.tensors["weights"]
     ups = [torch.ones(6), 3 * torch.ones(6)]

@@ -92,7 +92,6 @@ def test_baseline_client_update_is_self_supervised(name: str, objective: str) ->
     ev = alg.evaluate_client(alg.payload_for(alg.init_server(torch.Generator().manual_seed(0)), 0), state,
                              _data(), 64)
     assert ev.count == 6 and ev.loss_sum == 0.0
-    assert alg.work(16) == 2 * sup.work(16)
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedper", "fedrep"])

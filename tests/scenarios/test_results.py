@@ -256,6 +256,7 @@ def test_writer_clients_table(tmp_path: Path) -> None:
     cols["availability"] = ["always"] * 3
     cols["device_class"] = ["custom"] * 3
     cols["tags"] = [[], ["phone"], []]
+    cols["feasible"] = [True, False, True]
     w.write_clients(cols)
     assert _rows(tmp_path / "clients.parquet") == 0
     w.flush()

@@ -18,7 +18,9 @@ def test_every_class_has_a_source_and_sane_medians() -> None:
     order = ["low_end_phone", "mid_range_phone", "high_end_phone", "edge_box", "datacenter_gpu"]
     medians = [DEVICE_CLASSES[n].compute.median for n in order]
     assert medians == sorted(medians)
-    assert DEVICE_CLASSES["high_end_phone"].compute.median == 300.0  # 30 GFLOP/s x 10 samples per GFLOP
+    assert DEVICE_CLASSES["high_end_phone"].compute.median == 30.0  # GFLOP/s (Das et al. 2022)
+    memory = [DEVICE_CLASSES[n].memory_gb for n in order]
+    assert memory == [1.5, 3.0, 4.0, 2.0, 40.0] and all("memory" in DEVICE_CLASSES[n].source for n in order)
 
 
 def test_mix_counts_round_cumulative_fractions() -> None:
@@ -36,7 +38,8 @@ def test_mixture_assigns_blocks_and_draws_from_each_class() -> None:
     assert classes[300:] == ["custom"] * 100
     d = Devices.draw(s.population, 0)
     assert d.compute[0] == 1.0  # explicit per-client values win
-    assert np.median(d.compute[1:200]) == pytest.approx(30.0, rel=0.1)
+    assert np.median(d.compute[1:200]) == pytest.approx(3.0, rel=0.1)
+    assert (d.memory_gb[:200] == 1.5).all() and np.isinf(d.memory_gb[300:]).all()
     assert np.median(d.down_mbps[200:300]) == pytest.approx(10000.0, rel=0.2)
     assert (d.compute[300:] == 7.0).all()
     again = Devices.draw(s.population, 0)
@@ -44,11 +47,14 @@ def test_mixture_assigns_blocks_and_draws_from_each_class() -> None:
 
 
 @pytest.mark.parametrize("mix, message", [
+    ({"edge_box": 0.5, "unit": "samples_per_s"},
+     "population.device_mix: library device classes give compute in GFLOP/s"),
     ({"pager": 0.5}, "population.device_mix: unknown device class 'pager' (allowed: low_end_phone"),
     ({"edge_box": 0.7, "datacenter_gpu": 0.5}, "population.device_mix: fractions add up to 1.2 (at most 1)"),
     ({"edge_box": 0}, "population.device_mix: Input should be greater than 0 (got 0)"),
 ])
 def test_mixture_mistakes(mix: dict, message: str) -> None:
     with pytest.raises(ScenarioError) as err:
-        scenario(population={"device_mix": mix})
+        unit = mix.pop("unit", "gflops")
+        scenario(population={"device_mix": mix, "compute_unit": unit})
     assert message in str(err.value)

@@ -1,0 +1,180 @@
+"""Counting what one client task of an algorithm costs, without running it for real.
+
+The algorithm's own ``client_update`` runs on *meta* tensors (shapes and dtypes, no data,
+no arithmetic) under PyTorch's :class:`torch.utils.flop_counter.FlopCounterMode`, so what
+is counted is exactly the code path a real task takes: forward and backward passes, SAM's
+second pass, the extra forward passes of anchors and personal models, Monte Carlo draws,
+regularizers. A user's plugin algorithm is counted the same way, with nothing declared.
+
+What is counted is what ``FlopCounterMode`` counts: matrix products and convolutions
+(forward and backward, ``2 x`` multiply-adds), attention; element-wise work (activations,
+norms, optimizer updates) is not counted, as in the FLOP figures of papers and of
+``fvcore``/``ptflops``.
+
+How a meta run gets through code written for real tensors (:class:`MetaRun`, a dispatch
+mode under the counter): a read of a tensor's value (``float(loss)``, ``.item()``) gives
+1.0 for floats, 0 for integers and False for booleans (so a loss average or a norm is a
+harmless number; a branch on a tensor's value takes that value); a copy to another device
+(``.cpu()``) stays on the meta device; tensors the code makes on the CPU (random
+permutations drawn from the task's generator) meet meta tensors as meta tensors. Why not
+``FakeTensorMode``: it refuses value reads and cannot move a module it built to the device
+it is already on (``Module.to``), which algorithms that build helper modules lazily do.
+
+Memory (:class:`MemoryTrace`) is traced in the same run: the bytes of the tensors autograd
+saves for backward (the activations of the batch), followed through saved-tensor hooks and
+released when autograd frees them, so the trace knows the peak of live activations; the
+parameters of every module the algorithm holds, their gradients and momentum buffers are
+added from the modules themselves (:mod:`fedclock.algorithms.task_cost`).
+"""
+from __future__ import annotations
+
+import copy
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+from torch.utils.flop_counter import FlopCounterMode
+
+from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, Tensors
+
+META = torch.device("meta")
+
+
+class MetaRun(TorchDispatchMode):
+    """Keeps a run on the meta device: see the module's docstring for what it changes."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            dtype = args[0].dtype
+            return 1.0 if dtype.is_floating_point or dtype.is_complex else False if dtype == torch.bool else 0
+        if kwargs.get("device") not in (None, META):
+            kwargs = dict(kwargs, device=META)
+
+        def to_meta(a: Any) -> Any:
+            return a.to(META) if isinstance(a, torch.Tensor) and a.device != META else a
+
+        return func(*tree_map(to_meta, args), **tree_map(to_meta, kwargs))
+
+
+class _Saved:
+    """A tensor autograd saved for backward, as the trace holds it (released with it)."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+@dataclass
+class MemoryTrace:
+    """Live bytes of saved activations during a run, and their peak."""
+
+    live: int = 0
+    peak: int = 0
+    leaves: set[int] = field(default_factory=set)
+    """ids of parameters (their saved views are parameters, not activations)."""
+
+    def pack(self, tensor: torch.Tensor) -> Any:
+        base = tensor._base if tensor._base is not None else tensor
+        if id(base) in self.leaves or (base.requires_grad and base.grad_fn is None):
+            return tensor  # a parameter (or a view of one): counted with the parameters
+        nbytes = tensor.numel() * tensor.element_size()
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
+        saved = _Saved(tensor)
+        weakref.finalize(saved, self._release, nbytes)
+        return saved
+
+    @staticmethod
+    def unpack(saved: Any) -> torch.Tensor:
+        return saved.tensor if isinstance(saved, _Saved) else saved
+
+    def _release(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+
+@dataclass(frozen=True)
+class TaskCount:
+    """What one counted task did: its FLOPs, the peak bytes of saved activations, and the
+    bytes of the parameters (of every module the algorithm held), of their gradients and of
+    the tensors that came in and went out (payload, client state, upload)."""
+
+    flops: int
+    activation_bytes: int
+    parameter_bytes: int
+    trainable_bytes: int
+    message_bytes: int
+
+
+def _nbytes(tensors: Tensors | None) -> int:
+    return 0 if tensors is None else sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _modules(algorithm: Algorithm) -> list[torch.nn.Module]:
+    """Every module the algorithm holds in an attribute (its workspace and helper models)."""
+    return [v for v in vars(algorithm).values() if isinstance(v, torch.nn.Module)]
+
+
+def meta_data(num_samples: int, input_shape: tuple[int, ...], input_dtype: torch.dtype,
+              steps: int | None) -> ClientData:
+    """A client's data as meta tensors of ``num_samples`` training samples (labels int64,
+    no test split)."""
+    x = torch.empty((num_samples, *input_shape), dtype=input_dtype, device=META)
+    y = torch.zeros(num_samples, dtype=torch.long, device=META)
+    return ClientData(client=0, x_train=x, y_train=y, x_test=x[:0], y_test=y[:0], steps=steps)
+
+
+def count_task(algorithm: Algorithm, num_samples: int, steps: int | None = None,
+               input_dtype: torch.dtype = torch.float32, steady: bool = True) -> TaskCount:
+    """Count one task of ``algorithm`` on a client with ``num_samples`` training samples
+    (``steps``: the clock's step count for partial work, None for the full task).
+
+    With ``steady``, the task counted is a client's *second* one when its first leaves a
+    client state (a personal model, FedStyle's extracted styles): what is charged is then
+    the steady task every later one repeats, not a first task that differs from it. The
+    algorithm itself is not touched (a copy runs on the meta device)."""
+    work = copy.deepcopy(algorithm)
+    work._workspace = None
+    rng = torch.Generator().manual_seed(0)
+    payload = {k: v.to(META) for k, v in work.payload_for(work.init_server(rng), 0).items()}
+    work.to(META)
+    data = meta_data(num_samples, tuple(algorithm.model_factory.input_shape), input_dtype, steps)
+    leaves = {id(p) for m in _modules(work) for p in m.parameters()}
+    result, trace, flops = _counted(work, payload, None, data, leaves)
+    state_in = None
+    if steady and result.state is not None:
+        state_in = result.state
+        result, trace, flops = _counted(work, payload, state_in, data, leaves)
+    params = {id(p): p for m in _modules(work) for p in m.parameters()}
+    parameter_bytes = sum(p.numel() * p.element_size() for p in params.values())
+    trainable_bytes = sum(p.numel() * p.element_size() for p in params.values() if p.requires_grad)
+    return TaskCount(flops=flops, activation_bytes=trace.peak,
+                     parameter_bytes=parameter_bytes, trainable_bytes=trainable_bytes,
+                     message_bytes=_nbytes(payload) + _nbytes(state_in) + _nbytes(result.state)
+                     + _nbytes(result.upload))
+
+
+def _counted(work: Algorithm, payload: Tensors, state: Tensors | None, data: ClientData,
+             leaves: set[int]) -> tuple[ClientResult, MemoryTrace, int]:
+    """One counted ``client_update`` (its result, memory trace and FLOPs)."""
+    trace = MemoryTrace(leaves=leaves)
+    counter = FlopCounterMode(display=False)
+    with counter, MetaRun(), torch.autograd.graph.saved_tensors_hooks(trace.pack, trace.unpack):
+        result = work.client_update(payload, state, data, torch.Generator().manual_seed(1))
+    return result, trace, int(counter.get_total_flops())
+
+
+def count_sample(algorithm: Algorithm, input_dtype: torch.dtype = torch.float32) -> int:
+    """FLOPs of one plain training sample of the algorithm's model: forward, cross-entropy
+    and backward for a batch of one (the unit of ``population.compute_unit: samples_per_s``)."""
+    model = algorithm.model_factory.build().to(META)
+    data = meta_data(1, tuple(algorithm.model_factory.input_shape), input_dtype, None)
+    counter = FlopCounterMode(display=False)
+    with counter, MetaRun():
+        torch.nn.functional.cross_entropy(model(data.x_train), data.y_train).backward()
+    return int(counter.get_total_flops())
