@@ -3,6 +3,7 @@ independent few-line re-implementation on tiny tensors."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from fedclock.algorithms.hyperbolic import feature_sq_distance, lorentz_inner, l
     manifold_regularizer
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.mofedsam import MoFedSAM, MoFedSAMParams
-from fedclock.algorithms.momentum import normalized_aggregate
+from fedclock.algorithms.momentum import NonFiniteUpload, normalized_aggregate, regularizer_warnings
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.sam import sam_grad_fn
 from fedclock.algorithms.scaffold import Scaffold, ScaffoldParams
@@ -348,6 +349,36 @@ def test_fedmrur_client_loss_adds_the_regularizer() -> None:
     loss_fn = alg.regularized_loss(w_global)
     out, _ = local_sgd(alg.workspace, factory, w_start, data, params, gen(), 1, loss_fn=loss_fn)
     torch.testing.assert_close(out, w_start - 0.2 * grad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_upload_is_rejected_naming_the_client(bad: float) -> None:
+    for cls in (FedMRUR, FedMRURN, FedMRURH, MoFedSAM):
+        alg = cls(cls.Params(), TINY)
+        state = alg.init_server(gen(0))
+        good = torch.zeros_like(state.tensors["weights"])
+        broken = good.clone()
+        broken[3] = bad
+        arrivals = [Arrival(4, {"delta": good}, 5, 0, 0), Arrival(9, {"delta": broken}, 5, 0, 0)]
+        with pytest.raises(NonFiniteUpload, match=f"{cls.name}: client 9 uploaded a non-finite model delta"):
+            alg.server_receive(state, arrivals, gen(1))
+
+
+def test_regularizer_warns_for_batchnorm_dropout_and_parameterless_bodies() -> None:
+    assert regularizer_warnings("fedmrur", nn.Sequential(nn.Linear(3, 4), nn.GroupNorm(2, 4))) == []
+    norm, = regularizer_warnings("fedmrur", nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Dropout(0.1)))
+    assert "BatchNorm1d, Dropout layers" in norm and "not zero at equal weights" in norm
+    empty, = regularizer_warnings("fedmrur", nn.Flatten())
+    assert "no trainable parameters" in empty
+    # through the algorithm: the logistic model's body is a bare flatten, warned when the
+    # regularizer is first built, and only when it is on (gamma > 0)
+    with pytest.warns(UserWarning, match="fedmrur_h: the model's body has no trainable parameters"):
+        FedMRURH(FedMRURParams(), LOGISTIC).regularized_loss(LOGISTIC.initial_weights(gen(0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FedMRURH(FedMRURParams(gamma=0.0), LOGISTIC).regularized_loss(LOGISTIC.initial_weights(gen(0)))
+        FedMRUR(FedMRURParams(), ModelFactory("mlp", (3,), 2, hidden=(4,))).regularized_loss(
+            ModelFactory("mlp", (3,), 2, hidden=(4,)).initial_weights(gen(0)))
 
 
 # ---------------------------------------------------------------------------- FedExp
