@@ -327,6 +327,19 @@ def test_regularizer_gradient_on_resnet18_gn_sized_features() -> None:
     assert 1 < float(r.detach()) < float("inf") and torch.isfinite(far.grad).all() and float(far.grad.norm()) > 0
 
 
+def test_lifted_regularizer_is_to_first_order_a_feature_distance_penalty() -> None:
+    """With d^2 / sigma small, grad (gamma R) = (gamma / sigma) grad mean d^2 up to a factor
+    exp(d^2 / sigma) ~ 1 (here d^2 / sigma < 1e-3)."""
+    zg = torch.randn(5, 4, generator=gen(11))
+    zp = (zg + 0.1 * torch.randn(5, 4, generator=gen(12))).requires_grad_(True)
+    gamma, sigma = 0.5, 1000.0
+    (gamma * manifold_regularizer(zp, zg, 1.0, sigma)).backward()
+    d2 = feature_sq_distance(zp, zg, 1.0)
+    assert float(d2.max()) / sigma < 1e-3
+    (penalty,) = torch.autograd.grad(gamma / sigma * d2.mean(), zp)
+    torch.testing.assert_close(zp.grad, penalty, rtol=1e-3, atol=0.0)
+
+
 def test_fedmrur_client_loss_adds_the_regularizer() -> None:
     factory = ModelFactory("mlp", (3,), 2, hidden=(4,))
     params = FedMRURParams(lr=0.2, batch_size=6, local_steps=1, alpha=1.0, rho=0.0, gamma=0.5, sigma=3.0)

@@ -49,7 +49,11 @@ def test_quick_runs_the_eight_methods_and_paper_setups_match_the_paper() -> None
                                                                         0.1, 0.005, 10000, 1)
     assert last.dataset.partition.alpha == 30
     ablation = load_suite(LIBRARY / "ablation_cifar100_dir03.yaml")
-    assert [r.algorithm.name for r in ablation.runs] == ["mofedsam", "fedmrur_n", "fedmrur_h", "fedmrur"]
+    assert [r.algorithm.name for r in ablation.runs] == ["mofedsam", "fedmrur_n", "fedmrur_h", "fedmrur", "fedmrur_h",
+                                                         "fedmrur"]
+    paper, lifted = ablation.runs[3].algorithm.params, ablation.runs[5].algorithm.params
+    assert (paper.gamma, paper.sigma) == (0.005, 10000) and ablation.runs[5].name == "fedmrur_lifted"
+    assert (lifted.gamma, lifted.sigma) == (0.5, 1000)
 
 
 def test_participation_and_gamma_sweeps() -> None:
