@@ -7,6 +7,7 @@
     fedclock list algorithms|models|datasets|scenarios
     fedclock plot DIR [--out DIR]
     fedclock compare DIR... [--target ACC ...] [--metric global|personal] [--per-seed] [--out DIR]
+    fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR]
 
 FILE is a path, or the name of a shipped scenario (``quickstart``,
 ``library/async_heterogeneous``). User mistakes print one line, ``fedclock: error: …``, and
@@ -33,6 +34,7 @@ from fedclock.algorithms.models import MODEL_SUMMARIES
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.api import execute, resolve_path, run_out_dir, scenario_dir, shipped_scenarios
 from fedclock.scenarios.checkpoints import CheckpointError
+from fedclock.scenarios.claims import ClaimError
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
 from fedclock.scenarios.experiment import RunSummary
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, one_line, read_yaml
@@ -90,6 +92,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="one row per seed directory instead of mean ± std per run")
     cmp.add_argument("--out", type=Path, default=None,
                      help="where compare.parquet/.csv go (default: DIR when one is given, else the current folder)")
+    rep = sub.add_parser("reproduce", help="run a paper family's claims on paired seeds and write its report "
+                         "(docs/reproductions/FAMILY.md)")
+    rep.add_argument("family", help="a shipped claim set (scenarios/reproductions/FAMILY.yaml) or a claim file's path")
+    rep.add_argument("--seeds", type=int, default=None, metavar="N",
+                     help="seeds 0..N-1 per run (at least 2; default: the claim set's seeds:)")
+    rep.add_argument("--jobs", type=int, default=1, metavar="N", help="run up to N (run, seed) jobs side by side")
+    rep.add_argument("--out", type=Path, default=None,
+                     help="where the runs go and are reused from (default: results/reproduce/FAMILY)")
+    rep.add_argument("--report", type=Path, default=None,
+                     help="where FAMILY.md and its PNGs go (default: docs/reproductions)")
     return parser
 
 
@@ -114,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plot(args.dir, args.out, args.max_clients)
         if args.command == "compare":
             return _compare(args.dirs, args.targets, args.out, args.metric, args.per_seed)
+        if args.command == "reproduce":
+            return _reproduce(args)
         overrides = list(args.overrides)
         if args.backend is not None:
             overrides.append(f"runtime.backend={args.backend}")
@@ -131,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.jobs != 1:
             return _run_in_processes(suite, path, args)
         return _run(suite, args.out, quiet=args.quiet)
-    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError) as exc:
+    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
+            ClaimError) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
@@ -291,6 +306,18 @@ def _compare(dirs: Sequence[Path], targets: Sequence[float], out: Path | None, m
     where = out if out is not None else (dirs[0] if len(dirs) == 1 else Path("."))
     parquet, csv = write_comparison(frame, where)
     console.print(f"written: {parquet} and {csv}")
+    return 0
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    """``fedclock reproduce``: :func:`fedclock.scenarios.reproduce.reproduce`, one line per job run."""
+    from fedclock.scenarios.reproduce import reproduce
+
+    path, outcomes = reproduce(args.family, args.seeds, args.jobs, args.out, args.report,
+                               on_done=lambda job: print(f"  ran {job.out_dir}", flush=True))
+    for o in outcomes:
+        print(f"{o.claim.id}: {o.verdict}")
+    print(f"report: {path}")
     return 0
 
 

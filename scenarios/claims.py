@@ -1,0 +1,186 @@
+"""Claim sets: what ``fedclock reproduce FAMILY`` checks, one YAML file per paper family.
+
+A claim set lives in ``scenarios/reproductions/FAMILY.yaml`` (shipped; ``fedclock reproduce
+FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``). Its format::
+
+    family: spfl_plga                      # the report is docs/reproductions/<family>.md
+    title: "SPFL / LGA / PLGA (Xie et al. 2021)"
+    paper: "C. Xie et al., ..."            # the citation printed at the top of the report
+    seeds: 3                               # default seeds per (scenario, run); --seeds overrides
+    overrides: {stop.versions: 25}         # --set-style overrides for every scenario (optional)
+    notes: "free text printed under the title (optional)"
+    claims:
+    - id: t2-plga-vs-fedasync              # unique, [A-Za-z0-9_.-]
+      source: "Table 2"                    # table / figure / section of the paper
+      statement: "PLGA beats FedAsync"     # the paper's statement, short
+      paper: "97.25 vs 93.82"              # the paper's number(s), as text
+      scenario: library/spfl_plga/table2_plga_quick   # a shipped name or a path (relative paths:
+                                                      # to the claim file's folder, then the cwd)
+      a: plga                              # run name of the file (the file's name if it has no runs:)
+      b: fedasync                          # the run compared against (omit for a single cell)
+      metric: final_global                 # see METRICS
+      direction: greater                   # greater | less | equal: the claimed sign of A - B
+      margin: 0.01                         # equivalence margin, in the metric's unit (default 0.01)
+      target: 0.8                          # only for rounds_to_target / time_to_target
+      reference: 0.9725                    # single cell only: the paper's number in the metric's unit
+      overrides: {dataset.name: mnist1d}   # this claim's own overrides (merged over the family's)
+      plot: true                           # also draw A's and B's curves (PNG beside the report)
+      ablation: true                       # mark the row as an ablation (component off)
+
+Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
+
+* ``final_global`` / ``final_personal``: global accuracy / mean personalized accuracy at the
+  last evaluation;
+* ``auc_global`` / ``auc_personal``: the mean of that accuracy over the run's evaluations
+  (area under the accuracy curve per evaluation);
+* ``rounds_to_target`` / ``time_to_target``: the server version / virtual seconds of the
+  first evaluation with global accuracy >= ``target`` (a seed that never reaches it counts
+  as its last evaluation's version / time, and the report says how many did not).
+
+A claim compares A with B paired by seed (same partition and initial model: both come from
+the scenario seed only, see :mod:`fedclock.scenarios.federation` and
+:mod:`fedclock.scheduling.rng`), or, without ``b``, A with the number ``reference``. The
+statistics and verdict rule are in :mod:`fedclock.scenarios.claim_stats`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target")
+"""The metrics a claim may compare."""
+
+Metric = Literal["final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target",
+                 "time_to_target"]
+Direction = Literal["greater", "less", "equal"]
+
+
+class ClaimError(Exception):
+    """A claim set that cannot be read; the message is one line naming the file and field."""
+
+
+class Claim(BaseModel):
+    """One claim of a paper, and the runs that test it (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    source: str
+    statement: str
+    paper: str
+    scenario: str
+    a: str
+    b: str | None = None
+    metric: Metric
+    direction: Direction
+    margin: float = Field(0.01, gt=0)
+    target: float | None = None
+    reference: float | None = None
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    plot: bool = False
+    ablation: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Claim:
+        if self.metric in ("rounds_to_target", "time_to_target") and self.target is None:
+            raise ValueError(f"metric {self.metric} needs target: (an accuracy in (0, 1])")
+        if self.target is not None and not 0 < self.target <= 1:
+            raise ValueError(f"target: must be an accuracy in (0, 1] (got {self.target})")
+        if self.b is None and self.reference is None:
+            raise ValueError("give b: (the run compared against) or reference: (the paper's number, single cell)")
+        if self.b is not None and self.reference is not None:
+            raise ValueError("give b: or reference:, not both")
+        return self
+
+    @property
+    def unit(self) -> str:
+        """The unit the metric is shown in."""
+        return {"rounds_to_target": "versions", "time_to_target": "virtual s"}.get(self.metric, "% points")
+
+    @property
+    def scale(self) -> float:
+        """Factor from the metric's value to the unit shown (accuracies in %)."""
+        return 1.0 if self.metric in ("rounds_to_target", "time_to_target") else 100.0
+
+
+class ClaimSet(BaseModel):
+    """A paper family's claims (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    title: str
+    paper: str
+    seeds: int = Field(3, ge=2, le=100)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    notes: str = ""
+    claims: list[Claim] = Field(min_length=1)
+
+    @field_validator("claims")
+    @classmethod
+    def _unique(cls, claims: list[Claim]) -> list[Claim]:
+        seen: set[str] = set()
+        for c in claims:
+            if c.id in seen:
+                raise ValueError(f"claim id {c.id!r} appears twice")
+            seen.add(c.id)
+        return claims
+
+
+def claims_dir() -> Path:
+    """Where the shipped claim sets live."""
+    return Path(__file__).parent / "reproductions"
+
+
+def shipped_families() -> list[str]:
+    """The names of the shipped claim sets."""
+    return sorted(p.stem for p in claims_dir().glob("*.yaml"))
+
+
+def claim_set_path(family: str) -> Path:
+    """A shipped family's file, or ``family`` itself when it is a file."""
+    path = Path(family)
+    if path.is_file():
+        return path
+    shipped = claims_dir() / f"{family}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ClaimError(f"reproduce: no claim set {family!r} (shipped: {', '.join(shipped_families()) or 'none'}; "
+                     "or give a claim file's path)")
+
+
+def load_claim_set(family: str) -> tuple[ClaimSet, Path]:
+    """The validated claim set of ``family`` (a shipped name or a path) and its file."""
+    path = claim_set_path(family)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ClaimError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise ClaimError(f"{path}: a claim set is a mapping with family:, title:, paper:, claims:")
+    try:
+        return ClaimSet.model_validate(raw), path
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(_where(raw, err["loc"]))
+        raise ClaimError(f"{path}: {where or 'claim set'}: {err['msg']}") from None
+
+
+def _where(raw: dict[str, Any], loc: tuple[int | str, ...]) -> list[str]:
+    """The error's location, with a claim's index replaced by its id when it has one."""
+    parts: list[str] = []
+    node: Any = raw
+    for key in loc:
+        if isinstance(key, int) and isinstance(node, list) and key < len(node):
+            item = node[key]
+            ident = item.get("id") if isinstance(item, dict) else None
+            parts.append(f"[{ident}]" if isinstance(ident, str) and re.match(r"^[\w.-]+$", ident) else f"[{key}]")
+            node = item
+        else:
+            parts.append(str(key))
+            node = node.get(key) if isinstance(node, dict) else None
+    return [p for p in parts if p]
