@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedclock.scenarios.api import SuiteResult, run
+from fedclock.scenarios.api import SuiteResult
+from fedclock.scenarios.api import run as run_scenarios
 from fedclock.scenarios.loader import load_suite
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "fedmrur"
@@ -84,7 +85,7 @@ def test_quick_ablation_regularizer_alone_speeds_up_convergence(tmp_path: Path) 
     FedMRUR-H is MoFedSAM bit for bit, so the difference is 0 and the test fails."""
     suite = load_suite(LIBRARY / "quick_ablation.yaml", ["seeds=[0,1,2]"])
     runs = tuple(r for r in suite.runs if r.name in ("mofedsam", "fedmrur_h"))
-    result = run(dataclasses.replace(suite, runs=runs), out=tmp_path)
+    result = run_scenarios(dataclasses.replace(suite, runs=runs), out=tmp_path)
     assert isinstance(result, SuiteResult)
     auc = {key: float(r.metrics["global_accuracy"].mean()) for key, r in result.runs.items()}
     gaps = [auc[f"fedmrur_h/seed_{s}"] - auc[f"mofedsam/seed_{s}"] for s in (0, 1, 2)]
