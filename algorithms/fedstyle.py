@@ -36,6 +36,9 @@ class FedStyleParams(ObjectiveParams):
     personal_features: Literal["both", "content"] = Field(
         default="both", description="personalization features: generalized and stylized content (Eq. 4) or the "
                                     "generalized content feature alone (the paper's ablation)")
+    probe_style: Literal["own", "swapped", "zero"] = Field(
+        default="own", description="style fed to the personalization probe's generator: the client's own f_s "
+                                   "(Eq. 4), the next client's (swapped) or zeros (a control, not in the paper)")
 
 
 class Generator(nn.Module):
@@ -164,6 +167,13 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return Generator(self.dim, self.params.generator_hidden)
+
+    def _new_style_encoder(self, flat_body: torch.Tensor) -> nn.Module:
+        """A separate, frozen style encoder f_s holding ``flat_body`` (a client state's ``style``)."""
+        model = self.style_factory.build().to(self._device())
+        ModelFactory.load_flat(model.body, flat_body.to(self._device()))
+        model.body.requires_grad_(False)
+        return model.body
 
     @property
     def local_model(self) -> LocalModel:
@@ -319,11 +329,22 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
         ModelFactory.load_flat(content.body, payload["body"])
         return content.body
 
-    def personal_probe(self, payload: Tensors, client_state: Tensors | None
+    @property
+    def probe_uses_donor(self) -> bool:
+        """Whether :meth:`personal_probe` wants another client's state (``probe_style: swapped``)."""
+        return self.params.probe_style == "swapped"
+
+    def personal_probe(self, payload: Tensors, client_state: Tensors | None, donor: Tensors | None = None
                        ) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module | None]:
         """Eq. (4) with the client's local models fixed: frozen ``[f_c,local(x), f_s(x)]`` and
         a :class:`StyleInfusion` copy of the client's G trained with the classifier; with
-        ``personal_features: content`` the frozen f_c,local(x) alone and no adapter."""
+        ``personal_features: content`` the frozen f_c,local(x) alone and no adapter.
+
+        Controls that tell whether the client's own style matters (``probe_style``; not in the
+        paper): ``swapped`` uses the style encoder of ``donor``, another client's state (the
+        linear evaluation passes the next client's, :mod:`fedclock.scenarios.linear_eval`);
+        ``zero`` feeds zeros in place of ``f_s(x)``. Everything else, the client's G included,
+        is the client's own."""
         if client_state is None:
             return self._content_only(payload), None
         local = self._load(client_state["local_body"], client_state)
@@ -331,9 +352,21 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
             return local.content.body, None
         gen = self._new_generator().to(self._device())
         ModelFactory.load_flat(gen, client_state["generator"])
+        style: Callable[[torch.Tensor], torch.Tensor] = local.style
+        if self.params.probe_style == "swapped":
+            if donor is None:
+                raise ValueError("fedstyle: probe_style swapped needs another client's state (donor)")
+            style = self._new_style_encoder(donor["style"])
+        elif self.params.probe_style == "zero":
+            dim = self.dim
+
+            def no_style(x: torch.Tensor) -> torch.Tensor:
+                return torch.zeros(x.shape[0], dim, device=x.device)
+
+            style = no_style
 
         def frozen(x: torch.Tensor) -> torch.Tensor:
-            return torch.cat([local.content.body(x), local.style(x)], dim=1)
+            return torch.cat([local.content.body(x), style(x)], dim=1)
 
         return frozen, StyleInfusion(gen, self.dim)
 

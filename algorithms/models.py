@@ -204,7 +204,7 @@ MODEL_SUMMARIES: dict[str, str] = {
     "cnn5": "FedReCo's 5-layer CNN: two 5x5 conv + max-pool, FC 1024, FC 1024, linear head",
     "spfl_cnn": "SPFL/PLGA CNN (Table 4): unpadded conv 5x5x20, conv 5x5x50 (max-pools), FC 512, linear head",
     "spfl_cnn_padded": "spfl_cnn with padding-2 convolutions (fits 8x8 digits; quick files)",
-    "resnet18_gn": "ResNet-18 with GroupNorm instead of BatchNorm",
+    "resnet18_gn": "ResNet-18 with GroupNorm instead of BatchNorm (ImageNet stem from 128 px, CIFAR stem below)",
     "conv_gn": "four conv-GroupNorm-ReLU blocks and global average pooling (body), linear head",
     "leaf_cnn": "LEAF's FEMNIST CNN: two 5x5 conv (32, 64) + max-pool, dense 2048, linear head",
     "char_lstm": "LEAF's Shakespeare model: embedding 8, two LSTM layers of 256, linear head over characters",

@@ -37,9 +37,18 @@ model step here adds the aggregate of the ``Delta_p``:
   server/MoFedSAM.py, moves the model by ``eta_g`` times the mean delta and sends
   ``-mean delta / (K eta_l)`` as the momentum, as here); means are unweighted (uniform client
   sampling, as in the papers), not FedAvg's sample weights.
+
+Guards: an upload with a NaN or infinite entry (local training diverged) is rejected with
+:class:`NonFiniteUpload` naming the client, instead of spreading through the aggregate (the
+normalized aggregate of a NaN is NaN everywhere). FedMRUR's regularizer compares the local
+body in training mode with the frozen global body in evaluation mode, so a body with
+BatchNorm or dropout makes the two differ even at equal weights, and a body without
+parameters makes the regularizer a constant: both give a :class:`UserWarning` when the
+regularizer is first built (:func:`regularizer_warnings`).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -62,6 +71,38 @@ class ClientMomentumParams(FedAvgParams):
 
     alpha: float = Field(default=0.1, gt=0, le=1, description="weight of the local gradient in "
                          "v = alpha g + (1 - alpha) Delta_t (1 = no momentum)")
+
+
+class NonFiniteUpload(ValueError):
+    """A client uploaded a delta with a NaN or infinite entry."""
+
+
+def check_finite(name: str, arrivals: list[Arrival], deltas: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteUpload` naming the first client whose row of ``deltas`` is not finite."""
+    finite = torch.isfinite(deltas).reshape(len(arrivals), -1).all(dim=1)
+    if bool(finite.all()):
+        return
+    bad = arrivals[int((~finite).nonzero()[0, 0])]
+    raise NonFiniteUpload(f"{name}: client {bad.client} uploaded a non-finite model delta (NaN or inf): its local "
+                          f"training diverged; lower algorithm.lr (or algorithm.rho / algorithm.gamma), or raise "
+                          f"algorithm.sigma")
+
+
+def regularizer_warnings(name: str, body: nn.Module) -> list[str]:
+    """Why FedMRUR's manifold regularizer would misbehave on ``body`` (empty when it is fine):
+    BatchNorm or dropout layers (train-mode local features against eval-mode global ones differ
+    at equal weights), or no trainable parameter (the regularizer is then a constant)."""
+    found = []
+    kinds = sorted({type(m).__name__ for m in body.modules()
+                    if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd))})
+    if kinds:
+        found.append(f"{name}: the model's body has {', '.join(kinds)} layers: the manifold regularizer compares "
+                     f"the local body in training mode with the global body in evaluation mode, so it is not zero "
+                     f"at equal weights (use a GroupNorm model such as resnet18_gn)")
+    if not any(q.requires_grad for q in body.parameters()):
+        found.append(f"{name}: the model's body has no trainable parameters: the manifold regularizer is a "
+                     f"constant and has no effect")
+    return found
 
 
 def normalized_aggregate(updates: torch.Tensor) -> torch.Tensor:
@@ -107,6 +148,7 @@ class ClientMomentum(FedAvgWithServerVector):
             return state, False
         weights = state.tensors["weights"]
         deltas = torch.stack([a.upload["delta"].to(weights) for a in arrivals])
+        check_finite(self.name, arrivals, deltas)
         step = self.aggregate(deltas)
         tau = sum(self.horizon(a) for a in arrivals) / len(arrivals)
         momentum = -step / tau if tau > 0 else torch.zeros_like(step)
@@ -128,6 +170,9 @@ class ClientMomentum(FedAvgWithServerVector):
             device = next(self.workspace.parameters()).device
             self._frozen = self.model_factory.build().to(device)
             self._frozen.requires_grad_(False)
+            if self.params.gamma > 0:
+                for text in regularizer_warnings(self.name, self.workspace.body):
+                    warnings.warn(text, UserWarning, stacklevel=2)
         return self._frozen
 
     def regularized_loss(self, start: torch.Tensor) -> Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -35,7 +35,10 @@ Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
   (area under the accuracy curve per evaluation);
 * ``rounds_to_target`` / ``time_to_target``: the server version / virtual seconds of the
   first evaluation with global accuracy >= ``target`` (a seed that never reaches it counts
-  as its last evaluation's version / time, and the report says how many did not).
+  as its last evaluation's version / time, and the report says how many did not);
+* ``linear_generalization`` / ``linear_personalization``: a self-supervised run's final linear
+  evaluation, the ``average`` row of that kind in ``linear_eval.parquet``
+  (:mod:`fedclock.scenarios.linear_eval`).
 
 A claim compares A with B paired by seed (same partition and initial model: both come from
 the scenario seed only, see :mod:`fedclock.scenarios.federation` and
@@ -51,11 +54,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target")
+METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
+           "linear_generalization", "linear_personalization")
 """The metrics a claim may compare."""
 
 Metric = Literal["final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target",
-                 "time_to_target"]
+                 "time_to_target", "linear_generalization", "linear_personalization"]
 Direction = Literal["greater", "less", "equal"]
 
 

@@ -4,6 +4,12 @@ For every run directory found (see :mod:`fedclock.scenarios.rundirs`) one row:
 
 * final global accuracy (last evaluation), best global accuracy, final personalized accuracy
   (mean and 10th percentile over clients);
+* ``auc_global_accuracy``, the area under the accuracy curve as convergence speed: the mean
+  global accuracy over the run's evaluations (all of them, version 0 included), i.e. the area
+  under the accuracy-vs-evaluation curve divided by its length; runs compared on it must share
+  their evaluation schedule (``evaluation.every``). Two runs that end at the same accuracy
+  differ here when one got there sooner (FedMRUR, An et al., NeurIPS 2023, Table 3 reports
+  convergence speed beside final accuracy);
 * for each target accuracy ``T``: ``time_to_T``, the virtual time of the first evaluation
   whose global accuracy is at least ``T``, and ``versions_to_T``, its server version (a
   version is one aggregation: one round in sync mode, unless a round applied no upload; one
@@ -79,6 +85,15 @@ def reach(metrics: pd.DataFrame, target: float, metric: str = "global") -> tuple
     return float(first["virtual_time"]), int(first["version"])
 
 
+def area_under_curve(metrics: pd.DataFrame, column: str = "global_accuracy") -> float:
+    """The mean of ``column`` over the evaluations (rows) that measured it: the area under the
+    accuracy curve per evaluation (NaN without any)."""
+    if column not in metrics:
+        return float("nan")
+    values = metrics[column].to_numpy(dtype=float, na_value=np.nan)
+    return float(np.nanmean(values)) if len(values) and not np.isnan(values).all() else float("nan")
+
+
 def check_metric(runs: Sequence[RunResults], metric: str) -> None:
     """A one-line :class:`ResultsError` when ``metric`` is unknown or a run never measured it."""
     if metric not in METRICS:
@@ -109,6 +124,7 @@ def compare_runs(runs: Sequence[RunResults], targets: Sequence[float] | None = N
             "mode": run.mode, "status": run.status,
             "global_accuracy": _get(last, "global_accuracy"),
             "best_global_accuracy": _best(m),
+            "auc_global_accuracy": area_under_curve(m),
             "personal_accuracy_mean": _get(last, "personal_accuracy_mean"),
             "personal_accuracy_p10": _get(last, "personal_accuracy_p10"),
         }
@@ -206,7 +222,8 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
     which = "mean personalized" if personal else "global"
     seeded = "seeds" in frame.columns and bool((frame["seeds"] > 1).any())
     caption = (f"s/ver. to T: virtual seconds and server version (= rounds in sync mode) of the first evaluation "
-               f"with {which} accuracy >= T (- = never); pers. = final mean / p10 personalized accuracy; "
+               f"with {which} accuracy >= T (- = never); AUC = mean global accuracy over the evaluations; "
+               "pers. = final mean / p10 personalized accuracy; "
                "staleness = mean over applied")
     if seeded:
         caption += ("; a ± b = mean ± std across seeds (a alone: the same for every seed), (k/n) = seeds that "
@@ -221,6 +238,7 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
         [("status", "status", str)] if "status" in frame.columns
         and bool((~frame["status"].isin(["finished", "unknown"])).any()) else []) + [
         ("global %", "global_accuracy", _pct), ("best %", "best_global_accuracy", _pct),
+        ("AUC %", "auc_global_accuracy", _pct),
         ("pers. %", "personal_accuracy_mean", _pct), ("pers. p10 %", "personal_accuracy_p10", _pct),
     ]
     for col in frame.columns:

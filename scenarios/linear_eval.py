@@ -10,7 +10,9 @@
   classifier trained on the client's train split ("on local data only"), tested "on the
   corresponding testing data in each style dataset": the global test set of the client's
   domain, as generalization is (the client's own test split, if any, is not used); a
-  domain's figure is the mean over its clients. The single client of a Centralized
+  domain's figure is the mean over its clients. FedStyle's ``probe_style: swapped`` control
+  gets the state of the next client (id order, wrapping round) as the donor of its style
+  encoder. The single client of a Centralized
   federation (domain :data:`~fedclock.scenarios.domains.ALL_DOMAINS`) has no
   personalization rows.
 
@@ -85,12 +87,16 @@ def linear_evaluation(algorithm: Any, state: ServerState, client_states: dict[in
     personal = [c for c in range(federation.num_clients) if int(client_domain[c]) != ALL_DOMAINS]
     if not personal:
         return rows
-    for c in personal:
+    for i, c in enumerate(personal):
         data = federation.client_data(c, device)
         k = int(client_domain[c])
         te = torch.from_numpy(np.flatnonzero(test_domain == k))
         payload = algorithm.payload_for(state, c)
-        frozen, adapter = algorithm.personal_probe(payload, client_states.get(c))
+        if getattr(algorithm, "probe_uses_donor", False):  # FedStyle's swapped-style control: the next client's
+            donor = client_states.get(personal[(i + 1) % len(personal)])
+            frozen, adapter = algorithm.personal_probe(payload, client_states.get(c), donor)
+        else:
+            frozen, adapter = algorithm.personal_probe(payload, client_states.get(c))
         res = probe(frozen, data.x_train, data.y_train, federation.x_test[te].to(device),
                     federation.y_test[te].to(device), federation.num_classes,
                     adapter, torch_rng(seed, Stream.INIT, _KEY, _PERSONALIZATION, c))

@@ -17,7 +17,9 @@ The schemes, and the paper each follows:
   one more, so every sample is used) drawn without replacement with proportions ``q_k``.
   ``alpha`` is the total concentration: with a uniform prior over ``K`` classes each
   class's Dirichlet parameter is ``alpha / K`` (code bases that draw ``Dir(alpha * 1)``
-  are ``K`` times less skewed at the same number). Clients are filled in id order. **When a class
+  are ``K`` times less skewed at the same number; ``concentration: per_class`` is that
+  reading: ``q_k ~ Dir(alpha, ..., alpha)``, alpha per class, the reading of FedStyle's
+  He@alpha and of FedMRUR's Dir(mu)). Clients are filled in id order. **When a class
   runs out** the client's still-missing samples are drawn from ``q_k`` renormalized over the
   classes left (if ``q_k`` gives those no mass at all, in proportion to what remains of them); so the last clients
   also take what earlier clients left over. See :func:`_dirichlet`.
@@ -81,7 +83,7 @@ def partition_indices(labels: np.ndarray, num_clients: int, cfg: PartitionConfig
         owner = np.empty(n, dtype=np.int64)
         owner[rng.permutation(n)] = _even_owners(n, np.arange(num_clients))
     elif isinstance(cfg, DirichletPartition):
-        owner = _dirichlet(labels, num_clients, cfg.alpha, rng)
+        owner = _dirichlet(labels, num_clients, cfg.alpha, rng, cfg.concentration == "per_class")
     elif isinstance(cfg, DirichletByClassPartition):
         owner = _dirichlet_by_class(labels, num_clients, cfg, rng)
     elif isinstance(cfg, ShardsPartition):
@@ -185,14 +187,15 @@ def _dirichlet_by_class(labels: np.ndarray, num_clients: int, cfg: DirichletByCl
                      "min_samples or use fewer clients")
 
 
-def _dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
-    """Hsu et al. 2019: client k draws ``q_k ~ Dir(alpha * p)`` and takes its equal share of
-    samples without replacement with proportions ``q_k``; a class that runs out drops out
-    of the proportions (module docstring)."""
+def _dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
+               per_class: bool = False) -> np.ndarray:
+    """Hsu et al. 2019: client k draws ``q_k ~ Dir(alpha * p)`` (``per_class``:
+    ``Dir(alpha * 1)``) and takes its equal share of samples without replacement with
+    proportions ``q_k``; a class that runs out drops out of the proportions (module docstring)."""
     n = len(labels)
     classes, counts = np.unique(labels, return_counts=True)
     members = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
-    prior = counts / n
+    prior = np.ones(len(classes)) if per_class else counts / n
     remaining = counts.astype(np.int64)
     sizes = n // num_clients + (np.arange(num_clients) < n % num_clients)
     owner = np.empty(n, dtype=np.int64)

@@ -202,6 +202,19 @@ def measure(metrics: pd.DataFrame, claim: Claim) -> tuple[float, bool]:
     return float(rows[at].iloc[int(hit[0])]), True
 
 
+def measure_linear(run_dir: Path, claim: Claim) -> float:
+    """A ``linear_*`` claim's metric: the ``average`` row of that kind in the run's ``linear_eval.parquet``."""
+    path = run_dir / "linear_eval.parquet"
+    if not path.is_file():
+        raise ClaimError(f"claim {claim.id}: the run has no linear_eval.parquet (set evaluation.linear)")
+    rows = pd.read_parquet(path)
+    kind = claim.metric.removeprefix("linear_")
+    pick = rows[(rows["kind"] == kind) & (rows["domain"] == "average")]
+    if pick.empty:
+        raise ClaimError(f"claim {claim.id}: linear_eval.parquet has no {kind} average")
+    return float(pick["accuracy"].iloc[0])
+
+
 def _metrics(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "metrics.parquet")
 
@@ -209,6 +222,8 @@ def _metrics(run_dir: Path) -> pd.DataFrame:
 def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int) -> Outcome:
     """Measure a claim on its finished runs and give its verdict."""
     def values(name: str) -> tuple[list[float], int]:
+        if claim.metric.startswith("linear_"):
+            return [measure_linear(setting.run_dir(out, name, s), claim) for s in range(seeds)], 0
         got = [measure(_metrics(setting.run_dir(out, name, s)), claim) for s in range(seeds)]
         return [v for v, _ in got], sum(not ok for _, ok in got)
 

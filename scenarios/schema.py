@@ -86,10 +86,13 @@ class IIDPartition(StrictModel):
 class DirichletPartition(StrictModel):
     """Hsu, Qi, Brown 2019 (arXiv:1909.06335), Sec. 3: every client draws class proportions
     q ~ Dir(alpha * p), p the class prior of the pool, and all clients hold the same number
-    of samples (see :mod:`fedclock.scenarios.partitions`)."""
+    of samples (see :mod:`fedclock.scenarios.partitions`). ``concentration: per_class`` draws
+    q ~ Dir(alpha, ..., alpha) instead (alpha per class, as most FL code bases read
+    "Dirichlet(alpha)"): K times milder than the total reading at the same alpha."""
 
     type: Literal["dirichlet"]
     alpha: PositiveFloat = 0.5
+    concentration: Literal["total", "per_class"] = "total"
 
 
 class DirichletByClassPartition(StrictModel):

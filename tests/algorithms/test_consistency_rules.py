@@ -3,6 +3,7 @@ independent few-line re-implementation on tiny tensors."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from fedclock.algorithms.hyperbolic import feature_sq_distance, lorentz_inner, l
     manifold_regularizer
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.mofedsam import MoFedSAM, MoFedSAMParams
-from fedclock.algorithms.momentum import normalized_aggregate
+from fedclock.algorithms.momentum import NonFiniteUpload, normalized_aggregate, regularizer_warnings
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.sam import sam_grad_fn
 from fedclock.algorithms.scaffold import Scaffold, ScaffoldParams
@@ -323,6 +324,19 @@ def test_regularizer_gradient_on_resnet18_gn_sized_features() -> None:
     assert 1 < float(r.detach()) < float("inf") and torch.isfinite(far.grad).all() and float(far.grad.norm()) > 0
 
 
+def test_lifted_regularizer_is_to_first_order_a_feature_distance_penalty() -> None:
+    """With d^2 / sigma small, grad (gamma R) = (gamma / sigma) grad mean d^2 up to a factor
+    exp(d^2 / sigma) ~ 1 (here d^2 / sigma < 1e-3)."""
+    zg = torch.randn(5, 4, generator=gen(11))
+    zp = (zg + 0.1 * torch.randn(5, 4, generator=gen(12))).requires_grad_(True)
+    gamma, sigma = 0.5, 1000.0
+    (gamma * manifold_regularizer(zp, zg, 1.0, sigma)).backward()
+    d2 = feature_sq_distance(zp, zg, 1.0)
+    assert float(d2.detach().max()) / sigma < 1e-3
+    (penalty,) = torch.autograd.grad(gamma / sigma * d2.mean(), zp)
+    torch.testing.assert_close(zp.grad, penalty, rtol=1e-3, atol=0.0)
+
+
 def test_fedmrur_client_loss_adds_the_regularizer() -> None:
     factory = ModelFactory("mlp", (3,), 2, hidden=(4,))
     params = FedMRURParams(lr=0.2, batch_size=6, local_steps=1, alpha=1.0, rho=0.0, gamma=0.5, sigma=3.0)
@@ -345,6 +359,36 @@ def test_fedmrur_client_loss_adds_the_regularizer() -> None:
     loss_fn = alg.regularized_loss(w_global)
     out, _ = local_sgd(alg.workspace, factory, w_start, data, params, gen(), 1, loss_fn=loss_fn)
     torch.testing.assert_close(out, w_start - 0.2 * grad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_upload_is_rejected_naming_the_client(bad: float) -> None:
+    for cls in (FedMRUR, FedMRURN, FedMRURH, MoFedSAM):
+        alg = cls(cls.Params(), TINY)
+        state = alg.init_server(gen(0))
+        good = torch.zeros_like(state.tensors["weights"])
+        broken = good.clone()
+        broken[3] = bad
+        arrivals = [Arrival(4, {"delta": good}, 5, 0, 0), Arrival(9, {"delta": broken}, 5, 0, 0)]
+        with pytest.raises(NonFiniteUpload, match=f"{cls.name}: client 9 uploaded a non-finite model delta"):
+            alg.server_receive(state, arrivals, gen(1))
+
+
+def test_regularizer_warns_for_batchnorm_dropout_and_parameterless_bodies() -> None:
+    assert regularizer_warnings("fedmrur", nn.Sequential(nn.Linear(3, 4), nn.GroupNorm(2, 4))) == []
+    norm, = regularizer_warnings("fedmrur", nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Dropout(0.1)))
+    assert "BatchNorm1d, Dropout layers" in norm and "not zero at equal weights" in norm
+    empty, = regularizer_warnings("fedmrur", nn.Flatten())
+    assert "no trainable parameters" in empty
+    # through the algorithm: the logistic model's body is a bare flatten, warned when the
+    # regularizer is first built, and only when it is on (gamma > 0)
+    with pytest.warns(UserWarning, match="fedmrur_h: the model's body has no trainable parameters"):
+        FedMRURH(FedMRURParams(), LOGISTIC).regularized_loss(LOGISTIC.initial_weights(gen(0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FedMRURH(FedMRURParams(gamma=0.0), LOGISTIC).regularized_loss(LOGISTIC.initial_weights(gen(0)))
+        FedMRUR(FedMRURParams(), ModelFactory("mlp", (3,), 2, hidden=(4,))).regularized_loss(
+            ModelFactory("mlp", (3,), 2, hidden=(4,)).initial_weights(gen(0)))
 
 
 # ---------------------------------------------------------------------------- FedExp

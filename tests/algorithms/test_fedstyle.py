@@ -294,3 +294,47 @@ def test_no_style_extraction_leaves_the_style_model_untrained() -> None:
     assert torch.equal(flat, alg.style_factory.initial_weights(torch.Generator().manual_seed(3)))
     trained = FedStyle(FedStyleParams(batch_size=8, local_steps=1, style_epochs=1), FACTORY)
     assert not torch.equal(trained.extract_style(data, torch.Generator().manual_seed(3)), flat)
+
+
+def test_probe_style_controls_swap_or_zero_the_style() -> None:
+    """``probe_style`` (a control, not in the paper): ``swapped`` feeds the donor client's f_s,
+    ``zero`` feeds zeros; the content part and the adapter (the client's own G) are unchanged."""
+    data = _data()
+    own_alg = _alg()
+    payload = own_alg.payload_for(own_alg.init_server(torch.Generator().manual_seed(0)), 0)
+    mine = own_alg.client_update(payload, None, data, torch.Generator().manual_seed(1)).state
+    donor = own_alg.client_update(payload, None, data, torch.Generator().manual_seed(2)).state
+    assert not torch.equal(mine["style"], donor["style"])
+    x = torch.randn(5, 1, 8, 8)
+    content, _, _ = _parts(own_alg, mine["local_body"], mine)
+    _, _, donor_style = _parts(own_alg, donor["local_body"], donor)
+    with torch.no_grad():
+        c, s_donor = content.body(x).clone(), donor_style(x).clone()
+    for probe_style, want_style in (("swapped", s_donor), ("zero", torch.zeros(5, D))):
+        alg = FedStyle(FedStyleParams(batch_size=8, local_steps=1, style_epochs=1, probe_style=probe_style), FACTORY)
+        assert alg.probe_uses_donor == (probe_style == "swapped")
+        frozen, adapter = alg.personal_probe(payload, mine, donor)
+        with torch.no_grad():
+            torch.testing.assert_close(frozen(x), torch.cat([c, want_style], dim=1))
+        assert isinstance(adapter, StyleInfusion)
+        torch.testing.assert_close(torch.cat([q.reshape(-1) for q in adapter.generator.parameters()]),
+                                   mine["generator"])
+    with pytest.raises(ValueError, match="probe_style swapped needs another client's state"):
+        FedStyle(FedStyleParams(batch_size=8, local_steps=1, style_epochs=1, probe_style="swapped"),
+                 FACTORY).personal_probe(payload, mine)
+
+
+def test_lambda_zero_makes_the_same_draws() -> None:
+    """lambda = 0 (style infusion off) consumes the same random numbers as lambda > 0, so a
+    paired run differs only by the infused term: the style model, G's initialization and the
+    augmentations are identical, and the loss is the plain part alone."""
+    data = _data()
+    results = {}
+    for lam in (0.0, 0.5):
+        alg = FedStyle(FedStyleParams(batch_size=8, local_steps=1, style_epochs=1, style_weight=lam), FACTORY)
+        payload = alg.payload_for(alg.init_server(torch.Generator().manual_seed(0)), 0)
+        rng = torch.Generator().manual_seed(1)
+        results[lam] = (alg.client_update(payload, None, data, rng), torch.randint(0, 2**30, (1,), generator=rng))
+    (off, after_off), (on, after_on) = results[0.0], results[0.5]
+    assert torch.equal(off.state["style"], on.state["style"]) and torch.equal(after_off, after_on)
+    assert not torch.equal(off.upload["delta"], on.upload["delta"])

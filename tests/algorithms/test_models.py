@@ -51,6 +51,33 @@ def test_resnet18_gn_structure() -> None:
     assert factory.num_params == 11_173_962
 
 
+def _final_map(model: torch.nn.Module, side: int) -> tuple[int, ...]:
+    """Shape of the last residual stage's output (body.6) for one image of ``side`` pixels."""
+    shapes = []
+    handle = model.body[6].register_forward_hook(lambda m, i, o: shapes.append(tuple(o.shape)))
+    with torch.no_grad():
+        model.features(torch.randn(1, 3, side, side))
+    handle.remove()
+    return shapes[0]
+
+
+def test_resnet18_gn_stem_follows_the_input_size() -> None:
+    """He et al. 2016: 224 px gets the ImageNet stem (7x7 stride 2 + 3x3 max-pool stride 2:
+    224 / 32 = 7x7 final map); 32 and 64 px keep the CIFAR stem (3x3 stride 1, no pool:
+    32 / 8 = 4x4). The 7x7 kernel adds (49 - 9) x 3 x 64 = 7,680 weights."""
+    small, large = ModelFactory("resnet18_gn", (3, 32, 32), 10), ModelFactory("resnet18_gn", (3, 224, 224), 10)
+    small_model, large_model = small.build(), large.build()
+    assert small_model.body[0].kernel_size == (3, 3) and small_model.body[0].stride == (1, 1)
+    assert isinstance(small_model.body[2], torch.nn.ReLU)
+    assert large_model.body[0].kernel_size == (7, 7) and large_model.body[0].stride == (2, 2)
+    assert any(isinstance(m, torch.nn.MaxPool2d) for m in large_model.body[2].modules())
+    assert large.num_params == small.num_params + 7_680
+    assert list(large.stage_slices()) == list(small.stage_slices())
+    assert _final_map(small_model, 32) == (1, 512, 4, 4)
+    assert _final_map(ModelFactory("resnet18_gn", (3, 64, 64), 10).build(), 64) == (1, 512, 8, 8)
+    assert _final_map(large_model, 224) == (1, 512, 7, 7)
+
+
 def test_conv_gn_structure() -> None:
     factory = ModelFactory("conv_gn", (3, 32, 32), 10)
     model = factory.build()

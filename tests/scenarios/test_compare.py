@@ -65,6 +65,10 @@ def test_compare_rows_with_targets(suite: Path) -> None:
     assert b["time_to_0.8"] == 12.0 and b["versions_to_0.8"] == 6
     assert math.isnan(c["time_to_0.8"]) and c["versions_to_0.8"] is pd.NA
     assert a["global_accuracy"] == 0.85 and b["global_accuracy"] == 0.88 and b["best_global_accuracy"] == 0.9
+    # area under the curve: the mean over the evaluations, version 0 included
+    assert a["auc_global_accuracy"] == pytest.approx((0.1 + 0.5 + 0.79 + 0.81 + 0.85) / 5)
+    assert b["auc_global_accuracy"] == pytest.approx((0.1 + 0.6 + 0.7 + 0.9 + 0.88) / 5)
+    assert c["auc_global_accuracy"] == pytest.approx(0.42)
     assert a["personal_accuracy_mean"] == pytest.approx(0.90) and a["personal_accuracy_p10"] == pytest.approx(0.75)
     assert (a["algorithm"], a["mode"], b["algorithm"], b["mode"]) == ("fedavg", "sync", "fedasync", "async")
     # totals from the events: bytes down for every task, up for applied and dropped
@@ -90,7 +94,7 @@ def test_cli_compare_prints_and_writes(suite: Path, tmp_path: Path, capsys: pyte
     assert main(["compare", str(suite / "a"), str(suite / "b"), "--target", "0.8", "--target", "0.89",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "s to 0.8" in text and "ver. to 0.89" in text and "fedasync" in text
+    assert "s to 0.8" in text and "ver. to 0.89" in text and "fedasync" in text and "AUC %" in text
     parquet = pd.read_parquet(out / "compare.parquet")
     csv = pd.read_csv(out / "compare.csv")
     assert parquet["run"].tolist() == csv["run"].tolist() == ["a", "b"]

@@ -1,6 +1,8 @@
 """Label-based partitions: coverage, disjointness, class counts, skew and determinism."""
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pytest
 
@@ -208,6 +210,41 @@ def test_dirichlet_first_client_follows_its_q() -> None:
     counts = np.bincount(labels[parts[0]], minlength=4)
     assert counts.sum() == 2000
     assert np.abs(counts / 2000 - q).max() < 0.04
+
+
+def test_dirichlet_per_class_concentration() -> None:
+    """``concentration: per_class`` draws q ~ Dir(alpha, ..., alpha): on 4 balanced classes,
+    per class 0.5 is total 2.0 (2.0 x 1/4 = 0.5 exactly), the same split; on an unbalanced
+    pool client 0's q is Dir(alpha * 1), not Dir(alpha * K * prior)."""
+    labels = np.repeat(np.arange(4), 2000)
+    per_class = partition_indices(labels, 4, DirichletPartition(type="dirichlet", alpha=0.5,
+                                                                concentration="per_class"), _rng(11))
+    total = partition_indices(labels, 4, DirichletPartition(type="dirichlet", alpha=2.0), _rng(11))
+    assert all(np.array_equal(a, b) for a, b in zip(per_class, total))
+    labels = np.repeat(np.arange(3), [6000, 1000, 1000])
+    parts = partition_indices(labels, 4, DirichletPartition(type="dirichlet", alpha=50.0,
+                                                            concentration="per_class"), _rng(3))
+    rng = _rng(3)
+    for size in (6000, 1000, 1000):  # replay the draws made before client 0's q
+        rng.permutation(size)
+    q = rng.dirichlet(np.full(3, 50.0))
+    assert np.abs(np.bincount(labels[parts[0]], minlength=3) / 2000 - q).max() < 0.04  # ~1/3 each, not 3/4
+
+
+def test_dirichlet_per_class_tells_he02_from_he08() -> None:
+    """FedStyle's He@0.2 and He@0.8 on an Office-Home-sized style (65 classes x 42 training
+    images, 5 clients): read per class, a client holds about half (0.2) and three quarters
+    (0.8) of the classes; read as a total concentration both hold about a fifth, the least
+    that fills a client when each class has 42 images."""
+    labels = np.repeat(np.arange(65), 42)
+
+    def held(alpha: float, concentration: Literal["total", "per_class"]) -> float:
+        cfg = DirichletPartition(type="dirichlet", alpha=alpha, concentration=concentration)
+        parts = [p for seed in range(4) for p in partition_indices(labels, 5, cfg, _rng(seed))]
+        return float(np.mean([len(np.unique(labels[p])) / 65 for p in parts]))
+
+    assert 0.35 < held(0.2, "per_class") < 0.6 < 0.65 < held(0.8, "per_class") < 0.9
+    assert held(0.2, "total") < 0.3 and held(0.8, "total") < 0.3
 
 
 def test_dirichlet_class_running_out_renormalizes_over_classes_left() -> None:

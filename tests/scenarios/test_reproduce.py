@@ -10,7 +10,7 @@ import yaml
 from fedclock.scenarios.claim_stats import HOLDS
 from fedclock.scenarios.claims import Claim, ClaimError, load_claim_set, shipped_families
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.reproduce import measure
+from fedclock.scenarios.reproduce import measure, measure_linear
 
 SCENARIO = {
     "name": "tiny", "seed": 0,
@@ -125,6 +125,16 @@ def test_metrics_by_hand() -> None:
     assert measure(m, _claim("rounds_to_target", 0.6)) == (5.0, True)
     assert measure(m, _claim("time_to_target", 0.7)) == (20.0, True)
     assert measure(m, _claim("rounds_to_target", 0.95)) == (10.0, False)  # never: counted at the last
+
+
+def test_linear_metrics_read_the_average_rows(tmp_path: Path) -> None:
+    pd.DataFrame({"kind": ["generalization", "generalization", "personalization", "personalization"],
+                  "domain": ["a", "average", "average", "a"], "client": [-1, -1, -1, 0],
+                  "accuracy": [0.7, 0.75, 0.9, 0.95]}).to_parquet(tmp_path / "linear_eval.parquet")
+    assert measure_linear(tmp_path, _claim("linear_generalization")) == 0.75
+    assert measure_linear(tmp_path, _claim("linear_personalization")) == 0.9
+    with pytest.raises(ClaimError, match="no linear_eval.parquet"):
+        measure_linear(tmp_path / "missing", _claim("linear_personalization"))
 
 
 def test_shipped_claim_sets_load() -> None:
