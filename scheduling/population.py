@@ -12,6 +12,7 @@ from fedclock.scheduling.availability_config import AlwaysAvailable, Availabilit
 from fedclock.scheduling.completeness_connectivity import CompletenessConfig, ConnectivityConfig, FullWork, Reliable
 from fedclock.scheduling.device_library import DEVICE_CLASSES, mix_counts
 from fedclock.scheduling.distributions import DeviceDistributions
+from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.traces import trace_clients
 
@@ -80,6 +81,10 @@ class PopulationConfig(StrictModel):
                 if bad:
                     raise ValueError(f"{where}: {path.name} names client {bad[0]}, which does not exist "
                                      f"(allowed: 0..{self.num_clients - 1})")
+        fedscale = isinstance(self.device_trace, Path) and is_pickle(self.device_trace)
+        if fedscale and self.compute_unit != "samples_per_s":
+            raise ValueError("device_trace: a FedScale device capacity file gives compute in training samples per "
+                             "second (allowed with compute_unit: samples_per_s only)")
         return self
 
     def tag_names(self) -> set[str]:

@@ -283,7 +283,8 @@ def test_lost_and_timed_out_tasks_reach_the_failure_hook(tmp_path: Path) -> None
     fast = {"compute": 100.0, "down_mbps": 100.0, "up_mbps": 100.0, "latency_s": 0.0}
     source = {"name": "fail", "dataset": {"name": "digits", "max_train_samples": 300}, "model": {"name": "mlp",
                                                                                               "hidden": [8]},
-              "population": {"num_clients": 4, "connectivity": {"type": "per_task", "probability": 0.3},
+              "population": {"num_clients": 4, "compute_unit": "samples_per_s",
+                             "connectivity": {"type": "per_task", "probability": 0.3},
                              "clients": [{"ids": [0, 1, 2], **fast},
                                          {"ids": [3], **fast, "compute": 5.0}]},
               "algorithm": {"name": FailureLog, "local_steps": 5, "batch_size": 10, "buffer_size": 2},
