@@ -156,3 +156,17 @@ def test_shipped_fedscale_sample_and_its_replay(tmp_path: Path) -> None:
         assert len(at[c]) and (((at[c] >= 0) & (at[c] < 300)) | ((at[c] >= 600) & (at[c] < 900))).all()
     for c in (2, 5):
         assert len(at[c]) and ((at[c] >= 200) & (at[c] < 700)).all()
+
+
+def test_a_fedscale_device_file_needs_the_samples_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """FedScale's computation is per sample: with the default GFLOP/s unit the file is refused
+    in one line naming the field and the allowed unit; with samples_per_s it validates."""
+    capacity = write(tmp_path / "client_device_capacity", CAPACITY)
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: unit\nalgorithm: {name: fedavg}\nstop: {rounds: 1}\n"
+                    f"population: {{num_clients: 2, device_trace: {capacity}}}\n")
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "device_trace" in err and "compute_unit: samples_per_s" in err
+    spec.write_text(spec.read_text().replace("{num_clients: 2,", "{num_clients: 2, compute_unit: samples_per_s,"))
+    assert main(["validate", str(spec)]) == 0
