@@ -56,6 +56,7 @@ import torch
 
 from fedclock.actors.checkpoint import Checkpoint, CheckpointError, RunningTask
 from fedclock.algorithms.base import ServerState, Tensors
+from fedclock.scenarios.results import fsync
 
 KEEP = 2
 """How many checkpoints a run keeps (the newest ones)."""
@@ -129,15 +130,6 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str,
     for old in [v for v in _versions(root) if _run_of(root / str(v)) == run_id][:-KEEP]:
         shutil.rmtree(root / str(old), ignore_errors=True)
     return final
-
-
-def fsync(path: Path) -> None:
-    """Flush a file's (or a folder's entries') data to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:

@@ -121,7 +121,7 @@ class Table:
         if self.parts_dir.is_dir():
             paths += sorted(self.parts_dir.glob("*.parquet")) + [self.parts_dir]
         for path in paths:
-            _fsync(path)
+            fsync(path)
 
     def replace(self, columns: dict[str, Any]) -> None:
         self.columns = {name: list(columns[name]) for name in self.schema.names}
@@ -152,7 +152,8 @@ def _write_atomic(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """Flush a file's (or a folder's entries') data to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -362,7 +363,7 @@ class ResultsWriter:
             else:
                 table.flush()
             table.sync()
-        _fsync(self.out_dir)
+        fsync(self.out_dir)
 
     def _journaled(self) -> list[tuple[str, Table]]:
         """The incrementally written tables, by name."""
