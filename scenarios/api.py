@@ -22,7 +22,7 @@ a thin layer over :func:`execute`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -32,16 +32,19 @@ from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS
 from fedclock.scenarios.datasets import DATASET_NAMES
 from fedclock.scenarios.experiment import RunSummary, run_scenario
+from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, machine_cpus, plan_jobs,
+                                     run_jobs)
 from fedclock.scenarios.loader import Override, ScenarioError, Suite, load_suite, parse_suite
 from fedclock.scenarios.plugins import find
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
+from fedclock.scenarios.summary_file import read_summary_rows, write_summary
 
 if TYPE_CHECKING:
     import pandas as pd
 from fedclock.scenarios.schema import Scenario
 
-__all__ = ["RunResult", "SuiteResult", "execute", "load", "modules_to_ship", "resolve_path", "run"]
+__all__ = ["RunResult", "RunsFailed", "SuiteResult", "execute", "load", "modules_to_ship", "resolve_path", "run"]
 
 
 def scenario_dir() -> Path:
@@ -194,18 +197,118 @@ def execute(suite: Suite, out: Path | None, resume: bool = False,
     return summaries
 
 
+def summary_root(suite: Suite, out: Path | None) -> Path | None:
+    """Where ``summary.parquet`` goes (None for a file with one run and one seed)."""
+    several = len({s.name for s in suite.runs}) > 1
+    if not several and suite.seeds is None:
+        return None
+    root = run_out_dir(suite, 0, out).parent
+    return root.parent if several and suite.seeds is not None else root
+
+
+class RunsFailed(Exception):
+    """Some runs of a grid failed (``run(..., jobs=N)``); the message names each with its
+    error, and ``result`` holds the runs that finished."""
+
+    def __init__(self, message: str, result: SuiteResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def run_grid(suite: Suite, out: Path | None, jobs: int | str, overwrite: bool = False, unfinished: bool = False,
+             listener: GridListener | None = None,
+             on_plan: Callable[[int, int], None] | None = None) -> list[Outcome]:
+    """Every (run, seed) job of ``suite`` in worker processes side by side
+    (:mod:`fedclock.scenarios.grid`): ``jobs`` of them at once, or ``"auto"``
+    (:func:`~fedclock.scenarios.grid.default_jobs`). With ``unfinished``, only the jobs whose
+    folder does not say finished run (their summaries are read back from ``summary.parquet``).
+    ``summary.parquet`` gains each job's row as it ends; ``on_plan(workers, jobs to run)`` is
+    told before the workers start. Returns an outcome per job, in the file's order."""
+    if len({s.runtime.backend for s in suite.runs}) > 1 or len({s.runtime.address for s in suite.runs}) > 1:
+        raise ScenarioError("runtime.backend and runtime.address must be the same for every run of a file")
+    root = summary_root(suite, out)
+    path = root / "summary.parquet" if root is not None else None
+    every = {(s.name, s.seed) for s in suite.runs}
+    plan = plan_jobs(suite, [run_out_dir(suite, i, out) for i in range(len(suite.runs))], overwrite, unfinished)
+    earlier = {(r["name"], r["seed"]): r for r in read_summary_rows(path)} if path is not None else {}
+    fields = set(RunSummary.__dataclass_fields__)
+    for o in plan:
+        scenario = suite.runs[o.job.index]
+        row = earlier.get((scenario.name, scenario.seed))
+        if o.skipped and row is not None:
+            o.summary = RunSummary(**{**{k: v for k, v in row.items() if k in fields}, "out_dir": Path(row["out_dir"])})
+        elif o.skipped and path is None:  # a file with one run keeps no summary file
+            pass
+        elif o.skipped:  # finished, but its row is gone: run it again
+            o.skipped, o.job = False, replace(o.job, overwrite=True)
+    todo = sum(not o.skipped for o in plan)
+    if jobs == "auto":
+        first = suite.runs[0].runtime
+        workers = default_jobs(suite, cluster_cpus(first.address) if first.backend == "ray" else machine_cpus(),
+                               max(1, todo))
+    else:
+        workers = max(1, min(int(jobs), max(1, todo)))
+    if on_plan is not None:
+        on_plan(workers, todo)
+    done: list[RunSummary] = [o.summary for o in plan if o.summary is not None]
+
+    class _Recorder(GridListener):
+        def started(self, job: Job) -> None:
+            if listener is not None:
+                listener.started(job)
+
+        def progress(self, job: Job, now: float, version: int, in_flight: int, accuracy: float | None) -> None:
+            if listener is not None:
+                listener.progress(job, now, version, in_flight, accuracy)
+
+        def ended(self, outcome: Outcome) -> None:
+            if outcome.summary is not None and path is not None:
+                done.append(outcome.summary)
+                write_summary(path, done, every)
+            if listener is not None:
+                listener.ended(outcome)
+
+        def failure_detail(self, job: Job, text: str) -> None:
+            if listener is not None:
+                listener.failure_detail(job, text)
+
+    return run_jobs(suite, plan, workers, _Recorder(), modules_to_ship(suite.runs))
+
+
 def run(source: str | Path | Mapping[str, Any] | Scenario | Suite, *, out: str | Path | None = None,
-        overrides: Mapping[str, Any] | None = None, overwrite: bool = False) -> RunResult | SuiteResult:
+        overrides: Mapping[str, Any] | None = None, overwrite: bool = False, jobs: int | str = 1,
+        unfinished: bool = False) -> RunResult | SuiteResult:
     """Run ``source`` (see the module docstring) and return its results. ``out``: the
     results folder (default: ``output.dir``, else ``results/NAME``); a file with several
     runs writes one folder per run under it and ``summary.parquet`` beside them. A folder
-    that already holds results is refused unless ``overwrite`` (which replaces them)."""
+    that already holds results is refused unless ``overwrite`` (which replaces them).
+
+    ``jobs``: run the file's (run, seed) jobs side by side in that many worker processes
+    (``"auto"``: as many as the CPUs hold without slowing each run;
+    :mod:`fedclock.scenarios.grid`); the tables are those of running them one after another.
+    ``unfinished``: run only the jobs whose folder does not say finished (side by side as
+    ``jobs`` says). A job that fails does not stop the others; :class:`RunsFailed` then names
+    every failed one after the rest finished."""
     suite = load(source, overrides)
     out_path = Path(out) if out is not None else None
+    if jobs != 1 or unfinished:
+        if jobs != "auto" and (not isinstance(jobs, int) or jobs < 1):
+            raise ScenarioError(f"jobs: must be a whole number of at least 1, or 'auto' (got {jobs!r})")
+        outcomes = run_grid(suite, out_path, jobs, overwrite=overwrite, unfinished=unfinished)
+        result = SuiteResult({_result_key(suite, o.summary): RunResult(o.summary) for o in outcomes
+                              if o.summary is not None})
+        failed = [o for o in outcomes if o.error is not None]
+        if failed:
+            raise RunsFailed("; ".join(f"{o.job.label}: {o.error}" for o in failed), result)
+        return result if len(outcomes) > 1 or not result.runs else next(iter(result.runs.values()))
     summaries = execute(suite, out_path, overwrite=overwrite)
     if len(summaries) == 1:
         return RunResult(summaries[0])
-    keys = [s.name if suite.seeds is None else f"{s.name}/seed_{s.seed}" for s in summaries]
-    result = SuiteResult({key: RunResult(s) for key, s in zip(keys, summaries)})
+    result = SuiteResult({_result_key(suite, s): RunResult(s) for s in summaries})
     result.summary.to_parquet(summaries[0].out_dir.parent / "summary.parquet", index=False)
     return result
+
+
+def _result_key(suite: Suite, summary: RunSummary) -> str:
+    """A run's name in a :class:`SuiteResult`: ``NAME``, or ``NAME/seed_S`` with seeds."""
+    return summary.name if suite.seeds is None else f"{summary.name}/seed_{summary.seed}"

@@ -24,18 +24,14 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Set as AbstractSet
 from typing import Any, Callable, Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from filelock import FileLock
 
 
 from fedclock.actors.runtime import ActorLost, ResourceError
 from fedclock.algorithms.models import MODEL_SUMMARIES
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
-from fedclock.scenarios.api import execute, resolve_path, run_out_dir, scenario_dir, shipped_scenarios
+from fedclock.scenarios.api import execute, resolve_path, scenario_dir, shipped_scenarios, summary_root
 from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.claims import ClaimError
 from fedclock.scenarios.datasets import DATASET_SUMMARIES, DatasetError
@@ -45,6 +41,7 @@ from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_po
 from fedclock.scenarios.rundirs import ResultsError
 from fedclock.scenarios.runstatus import FolderInUse
 from fedclock.scenarios.schema import Scenario
+from fedclock.scenarios.summary_file import write_summary
 
 EXIT_USAGE = 2
 
@@ -75,8 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", dest="seeds", action="append", type=int, default=[], metavar="S",
                      help="run only this seed of the file's seeds:/repeats: (repeatable; separate processes may run "
                      "different seeds side by side into the same --out)")
-    run.add_argument("--jobs", type=int, default=1, metavar="N",
-                     help="run the file's seeds side by side, up to N processes at once (one per seed)")
+    run.add_argument("--jobs", type=_jobs_value, default=1, metavar="N|auto",
+                     help="run the file's runs and seeds side by side in up to N worker processes (auto: as many "
+                     "as the CPUs hold without slowing each run)")
+    run.add_argument("--unfinished", action="store_true",
+                     help="run only the (run, seed) jobs of FILE whose folder does not say finished (one with a "
+                     "checkpoint goes on from it)")
     val = sub.add_parser("validate", help="check a scenario file without running it (a module:attribute name "
                          "imports that module, running its code; --no-import checks without)",
                          description="Check a scenario file without running it. A name of the form module:attribute "
@@ -182,16 +183,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides.append(f"runtime.address={json.dumps(args.address)}")  # quoted: always a string
         if args.resume is not None:
             if args.file is not None or args.overrides or args.out is not None or args.seeds or args.jobs != 1 \
-                    or args.overwrite:
-                raise UsageError("--resume DIR: give no FILE, --set, --seed, --jobs, --out or --overwrite (the run's "
-                                 "scenario and directory are DIR's)")
+                    or args.overwrite or args.unfinished:
+                raise UsageError("--resume DIR: give no FILE, --set, --seed, --jobs, --unfinished, --out or "
+                                 "--overwrite (the run's scenario and directory are DIR's)")
             return _run(_resume_suite(args.resume, overrides), args.resume, quiet=args.quiet, resume=True)
         if args.file is None:
             raise UsageError("run: give a scenario FILE, or --resume DIR")
         path = resolve_path(args.file)
         suite = _only_seeds(load_suite(path, overrides), args.seeds)
-        if args.jobs != 1:
-            return _run_in_processes(suite, path, args)
+        if args.jobs != 1 or args.unfinished:
+            return _run_grid(suite, args)
         return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
             ClaimError, FolderInUse) as exc:
@@ -274,11 +275,7 @@ def _label(suite: Suite, scenario: Scenario) -> str:
 
 def _summary_root(suite: Suite, out: Path | None) -> Path | None:
     """Where ``summary.parquet`` goes (None for a file with one run and one seed)."""
-    several = len({s.name for s in suite.runs}) > 1
-    if not several and suite.seeds is None:
-        return None
-    root = run_out_dir(suite, 0, out).parent
-    return root.parent if several and suite.seeds is not None else root
+    return summary_root(suite, out)
 
 
 def _print_where(console: Any, suite: Suite, out: Path | None, first: Path) -> None:
@@ -291,42 +288,44 @@ def _print_where(console: Any, suite: Suite, out: Path | None, first: Path) -> N
     console.print(f"results: {root}/{where}/ (metrics, events, clients .parquet) and {root}/summary.parquet")
 
 
-def _run_in_processes(suite: Suite, path: Path, args: argparse.Namespace) -> int:
-    """``run --jobs N``: one process per seed (:mod:`fedclock.scenarios.seed_jobs`), then the
-    final table from the rows they added to ``summary.parquet``."""
-    from fedclock.scenarios.experiment import RunSummary
-    from fedclock.scenarios.progress import make_console, summary_table
-    from fedclock.scenarios.seed_jobs import run_seed_processes
+def _jobs_value(text: str) -> int | str:
+    """``--jobs``: a whole number, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number or auto (got {text!r})") from None
 
-    if args.jobs < 1:
-        raise UsageError(f"--jobs: must be at least 1 (got {args.jobs})")
-    if suite.seeds is None:
-        raise UsageError(f"--jobs: {suite.source} lists no seeds: or repeats: (--jobs runs seeds side by side)")
-    seeds = list(dict.fromkeys(s.seed for s in suite.runs))
-    passed = [x for o in args.overrides for x in ("--set", o)]
-    passed += ["--out", str(args.out)] if args.out is not None else []
-    passed += ["--overwrite"] if args.overwrite else []
-    passed += ["--backend", args.backend] if args.backend is not None else []
-    passed += ["--address", args.address] if args.address is not None else []
+
+def _run_grid(suite: Suite, args: argparse.Namespace) -> int:
+    """``run --jobs N`` / ``--unfinished``: every (run, seed) job of the file in worker
+    processes (:mod:`fedclock.scenarios.grid`), a bar per job, the final table of every
+    finished job, then one line per failed job (exit status 1 if any failed)."""
+    from fedclock.scenarios.api import run_grid
+    from fedclock.scenarios.progress import GridProgress, make_console, summary_table
+
+    if args.jobs != "auto" and args.jobs < 1:
+        raise UsageError(f"--jobs: must be at least 1 or auto (got {args.jobs})")
     console = make_console()
-    console.print(f"[bold]fedclock[/bold] {suite.name}: {len(suite.runs)} run(s), {len(seeds)} seed(s) in up to "
-                  f"{args.jobs} processes")
-    codes = run_seed_processes(path, seeds, passed, args.jobs,
-                               lambda seed, code: console.print(f"  seed {seed}: " + (
-                                   "done" if code == 0 else f"failed (exit status {code})")))
-    root = _summary_root(suite, args.out)
-    assert root is not None
-    wanted = {(s.name, s.seed) for s in suite.runs}
-    rows = pq.read_table(root / "summary.parquet").to_pylist() if (root / "summary.parquet").is_file() else []
-    fields = set(RunSummary.__dataclass_fields__)
-    summaries = [RunSummary(**{**{k: v for k, v in r.items() if k in fields}, "out_dir": Path(r["out_dir"])})
-                 for r in rows if (r["name"], r["seed"]) in wanted and codes.get(r["seed"]) == 0]
+    enabled = not args.quiet and all(s.output.progress for s in suite.runs)
+    with GridProgress(console, enabled, suite) as progress:
+        outcomes = run_grid(suite, args.out, args.jobs, overwrite=args.overwrite, unfinished=args.unfinished,
+                            listener=progress, on_plan=lambda workers, todo: console.print(
+                                f"[bold]fedclock[/bold] {suite.name}: {todo} of {len(suite.runs)} run(s) in "
+                                f"{workers} worker process(es) on the {suite.runs[0].runtime.backend} backend"))
+    summaries = [o.summary for o in outcomes if o.summary is not None]
     if summaries:
-        order = {key: i for i, key in enumerate((s.name, s.seed) for s in suite.runs)}
-        summaries.sort(key=lambda s: order[(s.name, s.seed)])
         console.print(summary_table(f"{suite.name}: results", summaries))
         _print_where(console, suite, args.out, summaries[0].out_dir)
-    return max(codes.values(), default=0)
+    failed = [o for o in outcomes if o.error is not None]
+    for o in failed:
+        print(f"fedclock: error: {o.job.label} ({o.job.out_dir}): {o.error}", file=sys.stderr)
+    if failed:
+        print(f"fedclock: {len(failed)} of {len(outcomes)} run(s) failed; after fixing, fedclock run "
+              f"{args.file} --unfinished (with the same options) runs only those", file=sys.stderr)
+    return 1 if failed else 0
+
 
 def _only_seeds(suite: Suite, seeds: Sequence[int]) -> Suite:
     """The suite with only the (run, seed) jobs of ``seeds`` (``run --seed``)."""
@@ -400,24 +399,7 @@ def _suite_jobs(suite: Suite) -> set[tuple[str, int]]:
     return {(name, seed) for name in {s.name for s in suite.runs} for seed in suite.seeds}
 
 
-def _write_summary(path: Path, summaries: Sequence, keep: AbstractSet[tuple[str, int]] = frozenset()) -> None:
-    """``summary.parquet``: one row per (run, seed) of this invocation, plus the rows already in
-    the file of the jobs in ``keep`` that this invocation did not run (written by another
-    ``run --seed`` of the same file); other rows are dropped. The read, merge and write hold a
-    lock file beside it (the ``filelock`` package), so processes running seeds side by side
-    into one folder each add their rows."""
-    rows = [{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()} for s in summaries]
-    keep = set(keep) - {(r["name"], r["seed"]) for r in rows}
-    with FileLock(str(path.with_name(path.name + ".lock"))):
-        if keep and path.is_file():
-            try:
-                earlier = pq.read_table(path).to_pylist()
-            except (pa.ArrowException, OSError):
-                earlier = []
-            rows = [r for r in earlier if (r.get("name"), r.get("seed")) in keep and set(r) == set(rows[0])] + rows
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-        os.replace(tmp, path)
+_write_summary = write_summary
 
 
 def _list(what: str) -> int:

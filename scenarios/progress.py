@@ -1,6 +1,7 @@
 """What a run shows a person: a live progress bar and the final summary table."""
 from __future__ import annotations
 
+import sys
 from types import TracebackType
 from typing import Callable, Sequence
 
@@ -11,6 +12,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from fedclock.scenarios.experiment import RunSummary
+from fedclock.scenarios.grid import GridListener, Job, Outcome
+from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.schema import Scenario
 
 
@@ -134,3 +137,62 @@ def summary_table(title: str, runs: Sequence[RunSummary]) -> Table:
                       _spread([x.mean_staleness for x in g], lambda v: f"{v:.2f}"), "/".join(stops),
                       *([_privacy(g)] if private else []))
     return table
+
+
+class GridProgress(GridListener):
+    """What ``fedclock run --jobs`` shows: a bar per job as it starts in a worker (the runs
+    side by side, each with its virtual time, version and accuracy), or, without a live
+    display, a line per job as it ends. A failed job's bar stops where it failed."""
+
+    def __init__(self, console: Console, enabled: bool, suite: Suite) -> None:
+        self.console = console
+        self.suite = suite
+        self.bars = RunProgress(console, enabled)
+        self._tasks: dict[int, tuple[TaskID, bool]] = {}
+
+    def __enter__(self) -> "GridProgress":
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.bars.__exit__(exc_type, exc, tb)
+
+    @property
+    def live(self) -> bool:
+        return bool(self.bars.progress.live.is_started)
+
+    def started(self, job: Job) -> None:
+        stop = self.suite.runs[job.index].stop
+        total: float | None = stop.rounds or stop.versions
+        by_time = total is None
+        task = self.bars.progress.add_task(job.label, total=stop.virtual_time_s if by_time else total, vt=0.0,
+                                           version=0, inflight=0, acc="-")
+        self._tasks[job.index] = (task, by_time)
+
+    def progress(self, job: Job, now: float, version: int, in_flight: int, accuracy: float | None) -> None:
+        if job.index in self._tasks:
+            task, by_time = self._tasks[job.index]
+            self.bars.progress.update(task, completed=now if by_time else version, vt=now, version=version,
+                                      inflight=in_flight, acc=f"{accuracy:.3f}" if accuracy is not None else "-")
+
+    def ended(self, outcome: Outcome) -> None:
+        job, s = outcome.job, outcome.summary
+        if s is not None and job.index in self._tasks:
+            task, _ = self._tasks[job.index]
+            total = next(t.total for t in self.bars.progress.tasks if t.id == task)
+            self.bars.progress.update(task, completed=total, vt=s.virtual_time, version=s.versions, inflight=0,
+                                      acc=f"{s.global_accuracy:.3f}")
+        elif job.index in self._tasks:
+            self.bars.progress.update(self._tasks[job.index][0], description=f"{job.label} FAILED", inflight=0)
+        if self.live:
+            return
+        if s is not None:
+            self.console.print(f"  {job.label}: global accuracy {s.global_accuracy:.4f} after {s.versions} versions, "
+                               f"{s.virtual_time:.1f} virtual s ({s.stop_reason})")
+        else:
+            self.console.print(f"  {job.label}: failed")
+
+    def failure_detail(self, job: Job, text: str) -> None:
+        self.console.print(f"{job.label}: error in the run", style="red")
+        sys.stderr.write(text)

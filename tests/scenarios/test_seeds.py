@@ -143,7 +143,7 @@ def test_processes_running_seeds_side_by_side_all_land_in_the_summary(tmp_path: 
 
     import pyarrow.parquet as pq
 
-    from fedclock.scenarios import cli
+    from fedclock.scenarios import cli, summary_file
     from fedclock.scenarios.experiment import RunSummary
 
     read = pq.read_table
@@ -153,7 +153,7 @@ def test_processes_running_seeds_side_by_side_all_land_in_the_summary(tmp_path: 
         time.sleep(0.05)
         return table
 
-    monkeypatch.setattr(cli.pq, "read_table", slow_read)
+    monkeypatch.setattr(summary_file.pq, "read_table", slow_read)
     path = tmp_path / "summary.parquet"
 
     def job(seed: int) -> None:
@@ -169,16 +169,3 @@ def test_processes_running_seeds_side_by_side_all_land_in_the_summary(tmp_path: 
     for t in threads:
         t.join()
     assert sorted(pd.read_parquet(path)["seed"]) == list(range(8))
-
-
-@pytest.mark.slow  # two child processes each import torch (about 15 s here unloaded, a minute on a busy machine)
-def test_jobs_run_seeds_in_processes_with_the_same_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    one_run = FILE[:FILE.index("runs:")]
-    sequential = _run(tmp_path, one_run, "sequential")
-    parallel = _run(tmp_path, one_run, "parallel", "--jobs", "2")
-    printed = capsys.readouterr().out
-    assert "seed 4: done" in printed and "seed 1: done" in printed and " ± " in printed
-    pd.testing.assert_frame_equal(_summary(sequential).sort_values("seed", ignore_index=True),
-                                  _summary(parallel).sort_values("seed", ignore_index=True))
-    assert main(["run", str(tmp_path / "s.yaml"), "--jobs", "0"]) == 2
-    assert "--jobs: must be at least 1 (got 0)" in capsys.readouterr().err

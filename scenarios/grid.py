@@ -1,0 +1,351 @@
+"""A file's whole grid side by side: every (run, seed) job of a suite in a pool of worker processes.
+
+``fedclock run FILE --jobs N`` (and ``run(..., jobs=N)`` of :mod:`fedclock.scenarios.api`)
+hands the jobs of a file (each run of ``runs:`` times each seed of ``seeds:``) to ``N``
+worker processes; each worker takes the next job as it finishes one. A job is a whole run,
+exactly as :func:`fedclock.scenarios.api.execute` runs it one after another: its own folder,
+checkpoints and random draws (every draw derives from the run's seed, see
+:mod:`fedclock.scenarios.loader`), so its tables are the ones it writes alone.
+
+Processes, not threads: the clock and the result writers run in Python in the process that
+runs the run. A worker is started once (``spawn``: it imports PyTorch once) and keeps one
+:class:`~fedclock.actors.runtime.Runtime` for all its jobs, so on the Ray backend its actors
+serve its next run too.
+
+On the Ray backend the pool shares one Ray: the calling process starts a local Ray once
+(:func:`fedclock.actors.ray_start.start_ray`; with ``--address``, the cluster's) while the
+workers import, and every worker joins it. A run that leaves ``runtime.num_actors`` unset
+takes the CPUs one worker's share allows (cluster CPUs / workers), so that the runs side by
+side never wait on each other's actors; the actor count never changes a number
+(``runtime`` section of the scenario docs), and the run's resolved file keeps its own setting.
+
+The default number of workers (:func:`default_jobs`) is as many runs as the CPUs hold without
+slowing each: the machine's (or the Ray cluster's) CPUs over the CPUs one run uses
+(``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus`` times the executors
+it asks for on Ray, at least one), never more than there are jobs.
+
+A job that fails does not stop the others: each outcome carries its one-line error, and the
+caller names the failed jobs at the end. With ``unfinished`` a job whose folder says
+``finished`` (:mod:`fedclock.scenarios.runstatus`) is not run again; one that holds a
+checkpoint goes on from it; any other starts over in its folder.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+import traceback
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from fedclock.scenarios.checkpoints import checkpoint_dir
+from fedclock.scenarios.runstatus import FINISHED, read_status
+
+from fedclock.actors.runtime import Runtime, Session
+from fedclock.actors.runtime_config import RuntimeConfig
+from fedclock.algorithms.base import Algorithm
+from fedclock.scenarios.federation import Federation
+
+from fedclock.scenarios.experiment import RunSummary, run_scenario
+
+if TYPE_CHECKING:
+    from fedclock.scenarios.loader import Suite
+
+PROGRESS_EVERY_S = 0.25
+"""How often a worker reports a run's progress to the calling process (at most)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (run, seed) of a suite: its index in ``suite.runs`` and where it writes."""
+
+    index: int
+    label: str
+    out_dir: Path
+    resume: bool = False
+    """Go on from the folder's newest checkpoint (``unfinished``)."""
+    overwrite: bool = False
+
+
+@dataclass
+class Outcome:
+    """How a job ended: its summary, or the one-line error that stopped it."""
+
+    job: Job
+    summary: RunSummary | None = None
+    error: str | None = None
+    skipped: bool = False
+    """Finished in an earlier invocation (``unfinished``): not run again."""
+
+
+def machine_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cluster_cpus(address: str | None) -> float:
+    """The CPUs of the Ray cluster at ``address`` (this machine's for a local Ray, which
+    takes them all)."""
+    if address is None:
+        return float(machine_cpus())
+    from fedclock.actors.ray_start import start_ray
+
+    import ray
+
+    started = start_ray(address)
+    try:
+        return float(ray.cluster_resources().get("CPU", 1.0))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_cpus(cfg: RuntimeConfig, num_clients: int) -> float:
+    """The CPUs one run asks for: its threads inline; on Ray its executors' CPUs (the
+    executors it names, one per client when dedicated, else at least one)."""
+    if cfg.backend == "inline":
+        return float(cfg.threads_per_actor)
+    actors = num_clients if cfg.placement == "dedicated" else (cfg.num_actors or 1)
+    return cfg.num_cpus * min(actors, num_clients)
+
+
+def default_jobs(suite: Suite, cpus: float, count: int) -> int:
+    """How many of ``count`` jobs of ``suite`` run at once by default: the CPUs over what
+    the hungriest run asks for (:func:`run_cpus`), at least one, at most ``count``."""
+    need = max(run_cpus(s.runtime, s.population.num_clients) for s in suite.runs)
+    return max(1, min(count, int(cpus // need)))
+
+
+def plan_jobs(suite: Suite, out_dirs: Sequence[Path], overwrite: bool, unfinished: bool) -> list[Outcome]:
+    """A pending outcome per job of ``suite``; with ``unfinished``, jobs whose folder says
+    finished are marked skipped and the others resume from a checkpoint where there is one."""
+    plan = []
+    for i, (scenario, out_dir) in enumerate(zip(suite.runs, out_dirs)):
+        label = scenario.name if suite.seeds is None else f"{scenario.name} seed {scenario.seed}"
+        if unfinished:
+            status = read_status(out_dir)
+            if status is not None and status.status == FINISHED:
+                plan.append(Outcome(Job(i, label, out_dir), skipped=True))
+                continue
+            has_checkpoint = any(p.name.isdigit() for p in checkpoint_dir(out_dir).glob("*"))
+            plan.append(Outcome(Job(i, label, out_dir, resume=has_checkpoint, overwrite=not has_checkpoint)))
+        else:
+            plan.append(Outcome(Job(i, label, out_dir, overwrite=overwrite)))
+    return plan
+
+
+class GridListener:
+    """What the calling process hears from the workers (every method may be left as is)."""
+
+    def started(self, job: Job) -> None:
+        """``job`` started in a worker."""
+
+    def progress(self, job: Job, now: float, version: int, in_flight: int, accuracy: float | None) -> None:
+        """``job``'s run reached virtual time ``now`` and server ``version``."""
+
+    def ended(self, outcome: Outcome) -> None:
+        """``outcome.job`` finished (``summary``) or failed (``error``)."""
+
+    def failure_detail(self, job: Job, text: str) -> None:
+        """The traceback of an error that is not a user's mistake (printed as it happens)."""
+
+
+def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridListener | None = None,
+             py_modules: Sequence[str] = ()) -> list[Outcome]:
+    """Run the pending jobs of ``plan`` in ``jobs`` worker processes (see the module
+    docstring; ``py_modules``: the user's modules that Ray ships, as
+    :class:`~fedclock.actors.runtime.Runtime` takes them); returns ``plan`` with every
+    outcome filled in, in ``plan``'s order."""
+    listener = listener or GridListener()
+    pending = [o for o in plan if not o.skipped]
+    if not pending:
+        return list(plan)
+    workers = max(1, min(jobs, len(pending)))
+    if workers == 1:
+        _run_here(suite, pending, listener, py_modules)
+        return list(plan)
+    context = multiprocessing.get_context("spawn")
+    tasks: Any = context.Queue()
+    events: Any = context.Queue()
+    first = suite.runs[0].runtime
+    procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules)),
+                             name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
+    for p in procs:
+        p.start()
+    ray_started = False
+    try:
+        address = first.address
+        cpus: float = machine_cpus()
+        if first.backend == "ray":
+            from fedclock.actors.ray_start import start_ray
+
+            import ray
+
+            ray_started = start_ray(first.address)  # once, while the workers import
+            address = ray.get_runtime_context().gcs_address
+            cpus = float(ray.cluster_resources().get("CPU", cpus))
+        share = max(1.0, cpus // workers)
+        for o in pending:
+            tasks.put((o.job, address, share))
+        for _ in procs:
+            tasks.put(None)
+        _collect(pending, procs, events, listener)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+    return list(plan)
+
+
+def _run_here(suite: Suite, pending: Sequence[Outcome], listener: GridListener, py_modules: Sequence[str]) -> None:
+    """One worker: the jobs one after another in this process, on one runtime (no process to start)."""
+    first = suite.runs[pending[0].job.index]
+    runtime = Runtime(first.runtime.backend, first.runtime.address,
+                      prestart=(first.runtime, first.population.num_clients), py_modules=py_modules)
+    try:
+        for outcome in pending:
+            listener.started(outcome.job)
+            try:
+                outcome.summary = run_scenario(suite.runs[outcome.job.index], runtime, outcome.job.out_dir,
+                                               resume=outcome.job.resume, overwrite=outcome.job.overwrite,
+                                               on_progress=partial(listener.progress, outcome.job))
+            except Exception as exc:  # reported; the next job runs (Ctrl-C stops them all)
+                outcome.error, detail = describe_failure(exc)
+                if detail:
+                    listener.failure_detail(outcome.job, detail)
+            listener.ended(outcome)
+    finally:
+        runtime.close()
+
+
+def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, listener: GridListener) -> None:
+    """Hear the workers until every pending job has an outcome (a worker that dies fails its job)."""
+    by_index = {o.job.index: o for o in pending}
+    held: dict[int, int] = {}  # worker pid -> the job index it runs
+    left = set(by_index)
+    while left:
+        try:
+            event = events.get(timeout=1.0)
+        except queue.Empty:
+            for p in procs:
+                if not p.is_alive() and p.pid in held:
+                    index = held.pop(p.pid)
+                    outcome = by_index[index]
+                    outcome.error = f"the worker process ended without a result (exit status {p.exitcode})"
+                    left.discard(index)
+                    listener.ended(outcome)
+            if left and not any(p.is_alive() for p in procs):
+                for index in sorted(left):
+                    by_index[index].error = "not run: every worker process ended"
+                    listener.ended(by_index[index])
+                return
+            continue
+        kind, pid, index, *rest = event
+        outcome = by_index[index]
+        if kind == "start":
+            held[pid] = index
+            listener.started(outcome.job)
+        elif kind == "progress":
+            listener.progress(outcome.job, *rest)
+        else:
+            held.pop(pid, None)
+            left.discard(index)
+            if kind == "done":
+                outcome.summary = rest[0]
+            else:
+                outcome.error, detail = rest
+                if detail:
+                    listener.failure_detail(outcome.job, detail)
+            listener.ended(outcome)
+
+
+def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]) -> None:
+    """A worker process: run jobs from ``tasks`` until ``None``, reporting to ``events``
+    (``start``, ``progress``, then ``done`` with the summary or ``failed`` with the error)."""
+    import torch
+
+    torch.set_num_threads(1)  # each run sets its own (runtime.threads_per_actor)
+    pid = os.getpid()
+    runtime: SharedRuntime | None = None
+    try:
+        while True:
+            item = tasks.get()
+            if item is None:
+                return
+            job, address, share = item
+            if runtime is None:
+                first = suite.runs[0].runtime
+                runtime = SharedRuntime(first.backend, address, share, py_modules)
+            events.put(("start", pid, job.index))
+            try:
+                summary = _run_job(suite, job, runtime, events, pid)
+            except KeyboardInterrupt:
+                events.put(("failed", pid, job.index, "interrupted", ""))
+                return
+            except BaseException as exc:  # reported, and the worker takes the next job
+                events.put(("failed", pid, job.index, *describe_failure(exc)))
+            else:
+                events.put(("done", pid, job.index, summary))
+    finally:
+        if runtime is not None:
+            runtime.close()
+
+
+def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int) -> RunSummary:
+    last = [0.0]
+
+    def progress(now: float, version: int, in_flight: int, accuracy: float | None) -> None:
+        if time.monotonic() - last[0] >= PROGRESS_EVERY_S:
+            last[0] = time.monotonic()
+            events.put(("progress", pid, job.index, now, version, in_flight, accuracy))
+
+    return run_scenario(suite.runs[job.index], runtime, job.out_dir, on_progress=progress, resume=job.resume,
+                        overwrite=job.overwrite)
+
+
+def describe_failure(exc: BaseException) -> tuple[str, str]:
+    """A failed job's one-line error and, for an error that is not a user's mistake (a bug,
+    a plugin's own exception), its traceback ("" for a mistake the message explains)."""
+    from fedclock.actors.runtime import ActorLost, ResourceError
+    from fedclock.algorithms.registry import UnknownAlgorithm
+    from fedclock.scenarios.checkpoints import CheckpointError
+    from fedclock.scenarios.claims import ClaimError
+    from fedclock.scenarios.datasets import DatasetError
+    from fedclock.scenarios.experiment import Interrupted, OutputError
+    from fedclock.scenarios.loader import ScenarioError, one_line
+    from fedclock.scenarios.plugins import PluginError
+    from fedclock.scenarios.runstatus import FolderInUse
+
+    explained = (ScenarioError, DatasetError, ResourceError, CheckpointError, PluginError, ClaimError, FolderInUse,
+                 UnknownAlgorithm, ActorLost, OutputError, Interrupted)
+    text = str(exc.args[0]) if isinstance(exc, UnknownAlgorithm) and exc.args else str(exc)
+    line = one_line(text) if isinstance(exc, explained) else f"{type(exc).__name__}: {one_line(text)}"
+    detail = "" if isinstance(exc, explained) else "".join(traceback.format_exception(exc))
+    return line, detail
+
+
+class SharedRuntime(Runtime):
+    """A worker's runtime: on Ray, a run that leaves ``runtime.num_actors`` unset (pooled)
+    takes at most the worker's ``share`` of the cluster's CPUs."""
+
+    def __init__(self, backend: str, address: str | None, share: float, py_modules: Sequence[str]) -> None:
+        super().__init__(backend, address, py_modules=py_modules)
+        self.share = share
+
+    def session(self, cfg: RuntimeConfig, federation: Federation, algorithm: Algorithm, seed: int,
+                evaluation_batch: int, personalized: bool) -> Session:
+        if self.backend == "ray" and cfg.num_actors is None and cfg.placement != "dedicated":
+            cfg = cfg.model_copy(update={"num_actors": max(1, int(self.share // cfg.num_cpus))})
+        return super().session(cfg, federation, algorithm, seed, evaluation_batch, personalized)
