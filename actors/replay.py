@@ -1,6 +1,6 @@
 """Checkpoints and resumption by deterministic replay.
 
-:class:`CheckpointingBackend` sits between the clock and a :class:`~fedclock.actors.runtime.Session`.
+:class:`CheckpointingBackend` sits between the clock and a :class:`~fedclock.actors.session.Session`.
 It keeps the tasks the session is computing (started, not yet applied or released) and a log
 of what the clock got back (the version of every ``apply``, the metrics of every
 ``evaluate``). Right after an ``apply`` that brings the server to a new version that is a
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from fedclock.actors.runtime import Session
 from fedclock.actors.checkpoint import Checkpoint, CheckpointError, RunningTask
+from fedclock.actors.session import Session
 from fedclock.scheduling.clock import Task
 
 
@@ -142,6 +142,7 @@ class CheckpointingBackend:
                    for t, (p, _), st in zip(tasks, inputs, task_states)],
             rows=self._rows(), applies=list(self.applies), evaluations=[dict(m) for m in self.evaluations],
             applied=[{k: float(v) for k, v in t.metrics.items()} for t in applied],
+            applied_steps=[t.steps_reported for t in applied],
             losses=None if self.losses is None else list(self.losses))
 
     def _switch(self, ckpt: Checkpoint, applied: Sequence[Task]) -> None:
@@ -152,8 +153,10 @@ class CheckpointingBackend:
             raise CheckpointError(f"replay diverged: at the checkpoint of version {ckpt.version} the replayed run has "
                                   f"version {self.version} and running tasks {sorted(self.running)}, the checkpoint "
                                   f"{sorted(saved)}")
-        for t, metrics in zip(applied, ckpt.applied):
+        steps = ckpt.applied_steps or [None] * len(applied)
+        for t, metrics, done in zip(applied, ckpt.applied, steps):
             t.metrics = dict(metrics)
+            t.steps_reported = done
         s = self.session
         s.restore(ckpt.server, ckpt.receives, ckpt.clients)
         payloads = [s.t.put(p) for p in ckpt.payloads]

@@ -12,8 +12,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from fedclock.actors.calls import ServerLost
 from fedclock.actors.replay import CheckpointingBackend
-from fedclock.actors.runtime import Runtime, ServerLost, Session
+from fedclock.actors.runtime import Runtime
+from fedclock.actors.session import Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory

@@ -290,7 +290,7 @@ class ResultsWriter:
             "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED, TIMED_OUT) else 0,
             "download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s, "comm_s": t.comm_s,
             "num_samples": task.num_samples, "train_loss": task.metrics.get("train_loss"), "status": task.status,
-            "steps": int(task.metrics["steps"]) if "steps" in task.metrics else task.steps,
+            "steps": task.steps_reported if task.steps_reported is not None else task.steps,
             "steps_full": task.steps_full,
         })
         if self.participation is not None:

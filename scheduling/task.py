@@ -37,7 +37,8 @@ class Task:
 
     __slots__ = ("index", "client", "client_task", "round", "version", "dispatched_at", "timing", "bytes_down",
                  "bytes_up", "num_samples", "status", "staleness", "version_applied", "ended_at", "metrics", "late",
-                 "handle", "steps", "steps_full", "gives_up_at", "lost", "started", "upload_discarded", "finishes_at",
+                 "handle", "steps", "steps_full", "steps_reported", "gives_up_at", "lost", "started",
+                 "upload_discarded", "finishes_at",
                  "on_settle", "settled", "free_event", "_env")
 
     def __init__(self, *, index: int, client: int, client_task: int, round: int, version: int,
@@ -60,6 +61,9 @@ class Task:
         """Local steps the clock assigned to the task (None: the algorithm's full count)."""
         self.steps_full = steps_full
         """The algorithm's full local step count for this client."""
+        self.steps_reported: int | None = None
+        """Local steps the client reports it ran (set with :attr:`metrics` when the task's
+        result is used; None before)."""
         self.on_settle = on_settle
         """What the protocol does when the task settles, at :attr:`settles_at`."""
         self._env = env
