@@ -12,7 +12,7 @@ them back (:mod:`fedclock.actors.replay`). The session keeps its running work by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from fedclock.actors.payloads import PayloadCache
 from fedclock.actors.task_io import TaskInputs, TaskReport
 from fedclock.actors.transport import Transport
 from fedclock.algorithms.base import EvalResult, ServerState, Tensors
-from fedclock.scheduling.clock import Task
+from fedclock.scheduling.task import Applied, Reported, Task
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,10 @@ class Session:
         """Each client's personalized result (client id order) at the last evaluation."""
         self.running: dict[int, InFlight | Deferred] = {}
         """Started tasks not yet applied or released, by task index."""
+        self.clients_evaluated: Callable[[list[EvalResult]], None] | None = None
+        """Where each personalized evaluation's per-client results go (the recorder)."""
+        self.after_evaluation: Callable[[], None] | None = None
+        """Called at the end of each evaluation computed here (an analysis at chosen versions)."""
 
     # ------------------------------------------------------------------ what tests and analyses read
     @property
@@ -102,7 +106,7 @@ class Session:
         assert isinstance(running, InFlight)
         return running
 
-    def apply(self, tasks: Sequence[Task]) -> int:
+    def apply(self, tasks: Sequence[Task]) -> Applied:
         self.launcher.flush()
         running = [self._in_flight(t) for t in tasks]
         reports = self.launcher.reports(running)
@@ -113,7 +117,7 @@ class Session:
             self._finish(t, report)
         self.version = int(version)
         self.states.settle_due(self.version)  # bounds the payloads held for deferred work
-        return self.version
+        return Applied(self.version, [Reported(dict(r.metrics), r.steps) for r in reports])
 
     def release(self, task: Task, keep_state: bool) -> None:
         running = self.running[task.index]
@@ -127,9 +131,8 @@ class Session:
 
     def _finish(self, task: Task, report: TaskReport | None) -> None:
         """Free the task's executor slot; with its ``report`` (None: its result is not kept),
-        record the report on the task and keep the client's returned state — or, when it
-        returned none (stateless algorithms), hold no reference for the client (a later task
-        gets None, exactly as from a kept None)."""
+        keep the client's returned state — or, when it returned none (stateless algorithms),
+        hold no reference for the client (a later task gets None, exactly as from a kept None)."""
         running = self.running.pop(task.index)
         assert isinstance(running, InFlight)
         self.launcher.done(running)
@@ -140,8 +143,6 @@ class Session:
                                f"{task.client}'s task returned a client state; set stateless_clients = False "
                                f"in its class")
         self.states.keep(task.client, running.handles().state if report.state_kept else None)
-        task.metrics = dict(report.metrics)
-        task.steps_reported = report.steps
 
     def failed(self, task: Task) -> None:
         if self.algorithm.hears_failures:
@@ -160,6 +161,10 @@ class Session:
             accs = np.array([r.accuracy for r in self.client_results if r.count > 0])
             out.update(personal_accuracy_mean=float(np.mean(accs)), personal_accuracy_p10=float(np.quantile(accs, 0.1)),
                        personal_accuracy_p90=float(np.quantile(accs, 0.9)))
+            if self.clients_evaluated is not None:
+                self.clients_evaluated(self.client_results)
+        if self.after_evaluation is not None:
+            self.after_evaluation()
         return out
 
     # ------------------------------------------------------------------ after a run, analyses
