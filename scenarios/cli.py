@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 
 
 
-from fedclock.actors.runtime import ActorLost, ResourceError
+from fedclock.actors.calls import ActorLost
+from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.models import MODEL_SUMMARIES
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.api import execute, resolve_path, scenario_dir, shipped_scenarios, summary_root
