@@ -119,7 +119,8 @@ def report(figures: dict[str, Any]) -> str:
                 f"(CPU {figures['ray']['cpu_s']:.1f}), best of {figures['repeats']}")
     s, p = figures["sequential"], figures["parallel"]
     return (f"cpus={figures['cpus']} backend={figures['backend']} runs={figures['runs']} jobs={figures['jobs']}: "
-            f"sequential {s['wall_s']:.1f} s (CPU {s['cpu_s']:.1f}), --jobs {p['wall_s']:.1f} s (CPU {p['cpu_s']:.1f}); "
+            f"sequential {s['wall_s']:.1f} s (CPU {s['cpu_s']:.1f}), "
+            f"--jobs {p['wall_s']:.1f} s (CPU {p['cpu_s']:.1f}); "
             f"speed-up {figures['speedup']:.2f}x; mean run {figures['mean_run_wall_s']['sequential']:.2f} s -> "
             f"{figures['mean_run_wall_s']['parallel']:.2f} s (per-run slowdown {figures['per_run_slowdown']:.2f}x); "
             f"tables equal: {figures['tables_equal']}")

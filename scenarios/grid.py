@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from fedclock.scenarios.checkpoints import checkpoint_dir
 from fedclock.scenarios.runstatus import FINISHED, read_status
 
-from fedclock.actors.runtime import Runtime, Session
+from fedclock.actors.runtime import Runtime
+from fedclock.actors.session import Session
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.base import Algorithm
 from fedclock.scenarios.federation import Federation
@@ -318,7 +319,8 @@ def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int) ->
 def describe_failure(exc: BaseException) -> tuple[str, str]:
     """A failed job's one-line error and, for an error that is not a user's mistake (a bug,
     a plugin's own exception), its traceback ("" for a mistake the message explains)."""
-    from fedclock.actors.runtime import ActorLost, ResourceError
+    from fedclock.actors.calls import ActorLost
+    from fedclock.actors.runtime import ResourceError
     from fedclock.algorithms.registry import UnknownAlgorithm
     from fedclock.scenarios.checkpoints import CheckpointError
     from fedclock.scenarios.claims import ClaimError

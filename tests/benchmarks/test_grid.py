@@ -20,7 +20,8 @@ def test_grid_file_is_fedavg_and_fedbuff_times_the_seeds(tmp_path: Path) -> None
 
 def test_report_line_names_speedup_and_per_run_slowdown() -> None:
     grid = load_script("grid")
-    figures = {"cpus": 2, "backend": "inline", "runs": 16, "jobs": "auto", "sequential": {"wall_s": 40.0, "cpu_s": 38.0},
+    figures = {"cpus": 2, "backend": "inline", "runs": 16, "jobs": "auto",
+               "sequential": {"wall_s": 40.0, "cpu_s": 38.0},
                "parallel": {"wall_s": 25.0, "cpu_s": 45.0}, "speedup": 1.6,
                "mean_run_wall_s": {"sequential": 2.0, "parallel": 2.5}, "per_run_slowdown": 1.25, "tables_equal": True}
     line = grid.report(figures)
