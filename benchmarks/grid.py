@@ -91,16 +91,33 @@ def compare_grid(args: argparse.Namespace) -> dict[str, Any]:
             "per_run_slowdown": par_run / seq_run, "tables_equal": same}
 
 
+def one_round_file(folder: Path) -> Path:
+    """The quickstart's FedAvg run alone, 4 clients, 1 round (the start-up dominates)."""
+    spec = yaml.safe_load(QUICKSTART.read_text(encoding="utf-8"))
+    spec.pop("runs")
+    spec["name"] = "one_round"
+    spec["population"]["num_clients"] = 4
+    spec["stop"] = {"rounds": 1}
+    spec["output"] = {"progress": False}
+    path = folder / "one_round.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def cold_quickstart(args: argparse.Namespace) -> dict[str, Any]:
-    """Cold whole-process ``fedclock run quickstart`` on each backend, best of ``--repeats``."""
+    """Cold whole-process ``fedclock run quickstart`` and a 1-round 4-client run of its FedAvg
+    on each backend, best of ``--repeats``."""
     out: dict[str, Any] = {"cpus": _cpus(), "repeats": args.repeats}
     extra = ["--set", f"stop.virtual_time_s={args.virtual_time_s}"] if args.virtual_time_s is not None else []
-    for backend in ("inline", "ray"):
-        times = []
-        for _ in range(args.repeats):
-            with tempfile.TemporaryDirectory() as tmp:
-                times.append(timed(fedclock(str(QUICKSTART), "--quiet", "--backend", backend, "--out", tmp, *extra)))
-        out[backend] = min(times, key=lambda t: t["wall_s"])
+    with tempfile.TemporaryDirectory() as folder:
+        files = {"": (QUICKSTART, extra), "_1round": (one_round_file(Path(folder)), [])}
+        for suffix, (path, more) in files.items():
+            for backend in ("inline", "ray"):
+                times = []
+                for _ in range(args.repeats):
+                    with tempfile.TemporaryDirectory() as tmp:
+                        times.append(timed(fedclock(str(path), "--quiet", "--backend", backend, "--out", tmp, *more)))
+                out[backend + suffix] = min(times, key=lambda t: t["wall_s"])
     return out
 
 
@@ -114,9 +131,11 @@ def _cpus() -> int:
 def report(figures: dict[str, Any]) -> str:
     """One line of text for RESULTS.md."""
     if "speedup" not in figures:
-        return (f"cpus={figures['cpus']} quickstart cold whole process: inline {figures['inline']['wall_s']:.2f} s "
-                f"(CPU {figures['inline']['cpu_s']:.1f}), ray {figures['ray']['wall_s']:.2f} s "
-                f"(CPU {figures['ray']['cpu_s']:.1f}), best of {figures['repeats']}")
+        return (f"cpus={figures['cpus']} cold whole process, best of {figures['repeats']}: quickstart inline "
+                f"{figures['inline']['wall_s']:.2f} s (CPU {figures['inline']['cpu_s']:.1f}), ray "
+                f"{figures['ray']['wall_s']:.2f} s (CPU {figures['ray']['cpu_s']:.1f}); 1 round 4 clients inline "
+                f"{figures['inline_1round']['wall_s']:.2f} s (CPU {figures['inline_1round']['cpu_s']:.1f}), ray "
+                f"{figures['ray_1round']['wall_s']:.2f} s (CPU {figures['ray_1round']['cpu_s']:.1f})")
     s, p = figures["sequential"], figures["parallel"]
     return (f"cpus={figures['cpus']} backend={figures['backend']} runs={figures['runs']} jobs={figures['jobs']}: "
             f"sequential {s['wall_s']:.1f} s (CPU {s['cpu_s']:.1f}), "

@@ -124,7 +124,9 @@ class Table:
             fsync(path)
 
     def replace(self, columns: dict[str, Any]) -> None:
-        self.columns = {name: list(columns[name]) for name in self.schema.names}
+        # NumPy columns stay arrays: a list of a million NumPy scalars per column costs ~40 bytes a value
+        self.columns = {name: columns[name] if isinstance(columns[name], np.ndarray) else list(columns[name])
+                        for name in self.schema.names}
         self._dirty = True
 
     def __len__(self) -> int:

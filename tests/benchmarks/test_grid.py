@@ -26,3 +26,9 @@ def test_report_line_names_speedup_and_per_run_slowdown() -> None:
                "mean_run_wall_s": {"sequential": 2.0, "parallel": 2.5}, "per_run_slowdown": 1.25, "tables_equal": True}
     line = grid.report(figures)
     assert "speed-up 1.60x" in line and "per-run slowdown 1.25x" in line and "sequential 40.0 s" in line
+
+
+def test_one_round_file_is_quickstarts_fedavg_on_four_clients_for_one_round(tmp_path: Path) -> None:
+    grid = load_script("grid")
+    (run,) = load_suite(grid.one_round_file(tmp_path)).runs
+    assert (run.algorithm.name, run.population.num_clients, run.stop.rounds) == ("fedavg", 4, 1)
