@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedclock.actors.federation import Federation
+from fedclock.actors.federation import ClientIndex, Federation
 from fedclock.scenarios.client_files import load_client_files
 from fedclock.scenarios.client_split import client_test_split
 from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
@@ -60,18 +60,23 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         except ValueError as err:
             raise DatasetError(str(err)) from err
     rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_CLIENT_SPLIT]))
-    train: list[np.ndarray] = []
-    test: list[np.ndarray] = []
+    # written straight into flat arrays (ClientIndex): no train and test array per client
+    total = sum(len(idx) for idx in parts)
+    flat_train, flat_test = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+    ends_train, ends_test = np.zeros(len(parts) + 1, dtype=np.int64), np.zeros(len(parts) + 1, dtype=np.int64)
     for k, idx in enumerate(parts):
         if len(idx) == 0:
             raise DatasetError(f"population.num_clients: {num_clients} clients leave client {k} with no data; "
                                "use fewer clients or a larger dataset")
         tr, te = client_test_split(idx, cfg.client_test_fraction, rng)
-        train.append(tr)
-        test.append(te)
+        flat_train[ends_train[k]:ends_train[k] + len(tr)] = tr
+        flat_test[ends_test[k]:ends_test[k] + len(te)] = te
+        ends_train[k + 1], ends_test[k + 1] = ends_train[k] + len(tr), ends_test[k] + len(te)
+    train = ClientIndex(flat_train[:ends_train[-1]].copy(), ends_train)
+    test = ClientIndex(flat_test[:ends_test[-1]].copy(), ends_test)
     x_test, y_test = ds.x_test, ds.y_test
     if cfg.pool == "all":
-        pooled_test = torch.from_numpy(np.sort(np.concatenate(test)))
+        pooled_test = torch.from_numpy(np.sort(test.flat))
         x_test, y_test = ds.x_train[pooled_test], ds.y_train[pooled_test]
     return Federation(x=ds.x_train, y=ds.y_train, client_train=train, client_test=test,
                       x_test=x_test, y_test=y_test, num_classes=ds.num_classes, dataset_name=ds.name)

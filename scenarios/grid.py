@@ -175,23 +175,24 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
     tasks: Any = context.Queue()
     events: Any = context.Queue()
     first = suite.runs[0].runtime
-    procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules)),
-                             name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
-    for p in procs:
-        p.start()
+    procs: list[Any] = []
     ray_started = False
     try:
         address = first.address
         cpus: float = machine_cpus()
-        if first.backend == "ray":
+        if first.backend == "ray":  # before the workers: Ray's node start times out on CPUs busy importing PyTorch
             from fedclock.actors.ray_start import start_ray
 
             import ray
 
-            ray_started = start_ray(first.address)  # once, while the workers import
+            ray_started = start_ray(first.address)
             address = ray.get_runtime_context().gcs_address
             cpus = float(ray.cluster_resources().get("CPU", cpus))
         share = max(1.0, cpus // workers)
+        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules)),
+                                 name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
+        for p in procs:
+            p.start()
         for o in pending:
             tasks.put((o.job, address, share))
         for _ in procs:
@@ -278,6 +279,11 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
     import torch
 
     torch.set_num_threads(1)  # each run sets its own (runtime.threads_per_actor)
+    if suite.runs[0].runtime.backend == "ray" and suite.runs[0].runtime.address is None:
+        # the calling process's local Ray listens on loopback only: join it there (actors/ray_start.py)
+        from fedclock.actors.ray_start import LOCAL_ONLY_VARIABLE
+
+        os.environ[LOCAL_ONLY_VARIABLE] = "0"
     pid = os.getpid()
     runtime: SharedRuntime | None = None
     try:
