@@ -410,6 +410,12 @@ class Algorithm(ABC, Generic[P]):
         this version must stay the same. Draws nothing at random."""
         return state
 
+    def server_formula_flops(self, arrivals: int) -> int:
+        """FLOPs of the server step's work that runs outside PyTorch (NumPy, SciPy) for
+        ``arrivals`` arrivals, stated by a formula (optional hook; default 0). The torch part
+        of the step is counted on its own (:mod:`fedclock.algorithms.server_cost`)."""
+        return 0
+
     @property
     def hears_failures(self) -> bool:
         """True when the class overrides :meth:`server_task_failed` (the runtime then

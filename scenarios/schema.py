@@ -32,6 +32,7 @@ from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRa
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
 from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
 from fedclock.scheduling.selection import SelectionConfig
+from fedclock.scheduling.server_device import ServerDevice
 from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
 from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
                                                  OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
@@ -425,6 +426,8 @@ class Scenario(StrictModel):
     reproduces: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="what the file reproduces: '<paper short name>, <Table/Figure>' (shown by "
         "`fedclock list scenarios`)")
+    server: ServerDevice = Field(default_factory=ServerDevice, description="the server's device: compute_gflops "
+                                 "charges each server step its counted FLOPs (unset: no time)")
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":
