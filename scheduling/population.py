@@ -14,7 +14,7 @@ from fedclock.scheduling.device_library import DEVICE_CLASSES, mix_counts
 from fedclock.scheduling.distributions import DeviceDistributions
 from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
-from fedclock.scheduling.traces import trace_clients
+from fedclock.scheduling.traces import recorded_compute_unit, trace_clients
 
 MAX_CLIENTS = 1_000_000
 """population.num_clients."""
@@ -81,6 +81,11 @@ class PopulationConfig(StrictModel):
                 if bad:
                     raise ValueError(f"{where}: {path.name} names client {bad[0]}, which does not exist "
                                      f"(allowed: 0..{self.num_clients - 1})")
+        trace = self.device_trace if isinstance(self.device_trace, Path) else None
+        recorded = recorded_compute_unit(trace) if trace is not None else None
+        if trace is not None and recorded is not None and recorded != self.compute_unit:
+            raise ValueError(f"device_trace: {trace.name} records compute in {recorded} (allowed with "
+                             f"compute_unit: {recorded} only; set population.compute_unit: {recorded})")
         fedscale = isinstance(self.device_trace, Path) and is_pickle(self.device_trace)
         if fedscale and self.compute_unit != "samples_per_s":
             raise ValueError("device_trace: a FedScale device capacity file gives compute in training samples per "
