@@ -23,6 +23,12 @@ every upload is finite pass. A boolean mask (``x[mask]``, ``nonzero``) has no va
 true (PyTorch's ``meta_nonzero_assume_all_nonzero``, set for the counted step only), so a
 masked update is charged as if every element were selected (an upper bound).
 
+**Counted once per number of arrivals**, from the initial server state with arrivals of
+staleness 0: a step whose work depends on the state is charged as that first step (FedBuff's
+arrival that only fills its buffer, never the K-th that also applies it; a staleness
+function's extra multiply is not seen). Averaging, server optimizers and QP solves do not
+depend on the state, so for them the count is exact.
+
 **Work outside PyTorch** cannot run on meta tensors and is charged by a formula the
 algorithm states: :meth:`~fedclock.algorithms.base.Algorithm.server_formula_flops` (FedPAC's
 simplex QP solves in NumPy, :func:`fedclock.algorithms.simplex_qp.qp_flops`); the solve
