@@ -60,6 +60,7 @@ from pydantic import Field
 
 from fedclock.scheduling.model_base import NonNegativeFloat, StrictModel
 from fedclock.scheduling.selection import SelectionView, Selector
+from fedclock.scheduling.selection_arrays import largest, rank_value, weighted_draw
 
 
 class OortParams(StrictModel):
@@ -117,12 +118,12 @@ class Oort(Selector):
 
     @staticmethod
     def preferred_duration(durations: np.ndarray, percentile: float) -> float:
-        """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the known
-        ones; inf when ``P >= 100`` or none is known."""
-        known = durations[~np.isnan(durations)]
-        if percentile >= 100.0 or known.shape[0] == 0:
+        """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the ``n``
+        known ones; inf when ``P >= 100`` or none is known."""
+        known = durations.shape[0] - int(np.count_nonzero(np.isnan(durations)))
+        if percentile >= 100.0 or known == 0:
             return math.inf
-        return _rank_value(known, min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1))
+        return rank_value(durations, min(int(known * percentile / 100.0), known - 1))  # NaN sorts last
 
     @staticmethod
     def split(k: int, exploration: float, explored: int, unexplored: int) -> tuple[int, int]:
@@ -170,9 +171,12 @@ class Oort(Selector):
             self._new_round(view)
             self.current_round = view.round
         pool = self._capped(view, candidates)
-        loss = view.last_loss[pool]
-        is_explored = ~np.isnan(loss)
-        explored, fresh = pool[is_explored], pool[~is_explored]
+        whole = pool.shape[0] == view.num_clients  # sorted distinct ids: every client, positions are ids
+        loss = view.last_loss if whole else view.last_loss.take(pool)
+        unexplored = np.isnan(loss)
+        explored, fresh = np.flatnonzero(~unexplored), np.flatnonzero(unexplored)
+        if not whole:
+            explored, fresh = pool.take(explored), pool.take(fresh)
         exploit_n, _ = self.split(k, self.exploration, explored.shape[0], fresh.shape[0])
         chosen: list[np.ndarray] = []
         if exploit_n > 0:
@@ -191,26 +195,50 @@ class Oort(Selector):
 
     def scores(self, view: SelectionView, clients: np.ndarray) -> np.ndarray:
         """Each explored client's score: normalised clipped utility + staleness bonus, times
-        the system penalty."""
+        the system penalty (computed in place over the clients' arrays: a handful of passes,
+        one partial sort for the clip value and one for the preferred duration)."""
         p: OortParams = self.params
-        util = self.utility(view.last_samples[clients], view.last_loss[clients])
-        positive = util[util > 0]
+        score = self.utility(view.last_samples.take(clients), view.last_loss.take(clients))
+        positive = score if score.shape[0] and score.min() > 0 else score.take(np.flatnonzero(score > 0))
         if positive.shape[0]:
-            clip = _rank_value(positive, min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1))
-            low = float(positive.min()) * 0.999
-            span = max(float(positive.max()) - low, 1e-4)
+            rank = min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1)
+            parted = np.partition(positive, rank)
+            clip = float(parted[rank])
+            low = float(parted[:rank + 1].min()) * 0.999
+            span = max(float(parted[rank:].max()) - low, 1e-4)
         else:
             clip, low, span = 0.0, 0.0, 1e-4
-        score = (np.minimum(util, clip) - low) / span
-        score = score + self.staleness_bonus(view.round, view.last_picked_round[clients])
+        np.minimum(score, clip, out=score)
+        score -= low
+        score /= span
+        score += self._bonus(view.round, view.last_picked_round.take(clients))
         preferred = self.preferred_duration(view.last_duration, self.threshold)
-        score = score * self.system_penalty(view.last_duration[clients], preferred, p.round_penalty)
-        return np.abs(score)
+        if p.round_penalty != 0 and preferred != math.inf:  # (T / t)^0 = 1 and t > inf never: no change
+            duration = view.last_duration.take(clients)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                penalty = np.divide(preferred, np.maximum(duration, 1e-4, out=duration), out=duration)
+                np.power(penalty, p.round_penalty, out=penalty)
+            score *= np.where(view.last_duration.take(clients) > preferred, penalty, 1.0)
+        return np.abs(score, out=score)
+
+    def _bonus(self, current_round: int, last_round: np.ndarray) -> np.ndarray:
+        """:meth:`staleness_bonus`, computed once per round from -1 (never picked) to
+        ``current_round`` (a table of at most one entry per round so far) and looked up for
+        each client (a round outside that range: computed directly)."""
+        if current_round + 2 >= last_round.shape[0]:
+            return self.staleness_bonus(current_round, last_round)
+        rounds = np.arange(-1, current_round + 1, dtype=np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):  # round -1's entry (never picked) divides by 0
+            table = np.roll(self.staleness_bonus(current_round, rounds), -1)  # round -1 last: index -1 finds it
+        try:
+            return table.take(last_round)
+        except IndexError:
+            return self.staleness_bonus(current_round, last_round)
 
     def _exploit(self, clients: np.ndarray, scores: np.ndarray, n: int, cut_off: float) -> np.ndarray:
         total_n = clients.shape[0]
         floor = min(10 * n + 1, total_n)  # the pool's least size
-        top = _top(scores, clients, floor)  # the best ``floor`` by (score desc, id), in that order
+        top = largest(scores, clients, floor)  # the best ``floor`` by (score desc, id), in that order
         threshold = scores[top[min(n, total_n - 1)]] * cut_off
         above = np.flatnonzero(scores >= threshold)
         if above.shape[0] > floor:  # more at or above the cut-off than the least size: all of them
@@ -223,24 +251,8 @@ class Oort(Selector):
         return self.rng.choice(pool, size=n, replace=False, p=prob)
 
     def _explore(self, view: SelectionView, clients: np.ndarray, n: int) -> np.ndarray:
-        prob = None
         if view.disclosed_data_size is not None:
-            sizes = view.disclosed_data_size[clients].astype(np.float64)
-            if np.count_nonzero(sizes) >= n:
-                prob = sizes / sizes.sum()
-        return self.rng.choice(clients, size=n, replace=False, p=prob)
-
-
-def _rank_value(values: np.ndarray, rank: int) -> float:
-    """The value of ``rank`` (0-based) in ascending order, in linear time."""
-    return float(np.partition(values, rank)[rank])
-
-
-def _top(scores: np.ndarray, ids: np.ndarray, m: int) -> np.ndarray:
-    """Positions of the ``m`` best entries by (score descending, id ascending), in that order,
-    without sorting the whole array."""
-    if m >= scores.shape[0]:
-        return np.lexsort((ids, -scores))
-    cut = np.partition(-scores, m - 1)[m - 1]  # the m-th best score (negated)
-    inside = np.flatnonzero(-scores <= cut)  # every entry at least as good (ties included)
-    return inside[np.lexsort((ids[inside], -scores[inside]))][:m]
+            sizes = view.disclosed_data_size.take(clients).astype(np.float64)
+            if np.count_nonzero(sizes) >= n:  # rng.choice(clients, n, replace=False, p=...), the same draw
+                return clients.take(weighted_draw(self.rng, sizes / sizes.sum(), n))
+        return self.rng.choice(clients, size=n, replace=False)

@@ -52,6 +52,8 @@ class TiFL(Selector):
         p: TiFLParams = params
         self.tier_of: np.ndarray | None = None
         """Tier of every client (-1: not profiled), as last computed."""
+        self.members: list[np.ndarray] = []
+        """Each tier's clients in id order, as last computed."""
         self.probs = np.full(p.tiers, 1.0 / p.tiers)
         self.credits = np.full(p.tiers, -1 if p.credits is None else p.credits, dtype=np.int64)
         self.current_round = -1
@@ -59,12 +61,41 @@ class TiFL(Selector):
 
     @staticmethod
     def tiers_from(durations: np.ndarray, tiers: int) -> np.ndarray:
-        """Tier of every client from its mean observed duration (NaN: -1, not profiled)."""
+        """Tier of every client from its mean observed duration (NaN: -1, not profiled).
+
+        The tier of rank ``r`` among ``m`` profiled clients, ``floor(r tiers / m)``, is the
+        number of tier boundaries at or below it (boundary ``t`` at rank ``ceil(t m /
+        tiers)``), so only the ``tiers - 1`` boundary clients are placed (one partial sort)
+        and every client is compared with them, instead of sorting all clients: the result
+        is the full sort's (ties in duration by client id), in a few linear passes."""
         out = np.full(durations.shape[0], -1, dtype=np.int64)
         known = np.flatnonzero(~np.isnan(durations))
-        if known.shape[0]:
-            order = known[np.lexsort((known, durations[known]))]
-            out[order] = np.arange(order.shape[0]) * tiers // order.shape[0]
+        m = known.shape[0]
+        if not m:
+            return out
+        d = durations.take(known)
+        ranks = np.unique(-(-np.arange(1, tiers) * m // tiers))  # ceil(t m / tiers), t = 1 .. tiers - 1
+        ranks = ranks[ranks < m]
+        if not ranks.shape[0]:
+            out[known] = 0
+            return out
+        # boundaries: per distinct rank, its (duration, id); t boundaries may share a rank
+        values = np.partition(d, ranks)[ranks]
+        below = np.searchsorted(values, d, side="left")  # boundaries with a smaller duration
+        upto = np.searchsorted(values, d, side="right")  # ... with a duration at most the client's
+        smaller = np.cumsum(np.bincount(upto, minlength=values.shape[0] + 1))  # [j]: clients below values[j]
+        tier_rank = below.copy()
+        tied = np.flatnonzero(upto > below)  # clients whose duration is a boundary's
+        for first in np.unique(below.take(tied)):  # one group of boundaries per distinct value
+            group = tied[below.take(tied) == first]  # those clients, in id order
+            last = int(upto[group[0]])
+            ids = known.take(group)
+            boundary_ids = ids[ranks[first:last] - smaller[first]]  # the boundary clients, by rank
+            tier_rank[group] = first + np.searchsorted(boundary_ids, ids, side="right")
+        # tier = number of boundary ranks c_t (with multiplicity over t) at or below the client's rank
+        per_rank = np.bincount(-(-np.arange(1, tiers) * m // tiers), minlength=m + 1)[ranks]
+        counted = np.concatenate([[0], np.cumsum(per_rank)])
+        out[known] = counted[tier_rank]
         return out
 
     @staticmethod
@@ -82,11 +113,15 @@ class TiFL(Selector):
         p: TiFLParams = self.params
         if self.tier_of is None or self.rounds_seen % p.interval == 0:
             self.tier_of = self.tiers_from(view.mean_duration(), p.tiers)
+            # each tier's clients in id order (one stable counting sort), kept until the next re-tiering
+            order = np.argsort(self.tier_of.astype(np.int16 if p.tiers < 32767 else np.int32), kind="stable")
+            bounds = np.cumsum(np.bincount(self.tier_of + 1, minlength=p.tiers + 1))
+            self.members = [order[bounds[t]:bounds[t + 1]] for t in range(p.tiers)]
             if self.rounds_seen > 0:
                 tier_loss = np.full(p.tiers, np.nan)
                 loss = view.last_loss
                 for t in range(p.tiers):
-                    members = loss[self.tier_of == t]
+                    members = loss.take(self.members[t])
                     members = members[~np.isnan(members)]
                     if members.shape[0]:
                         tier_loss[t] = members.mean()
@@ -99,8 +134,11 @@ class TiFL(Selector):
             self._new_round(view)
             self.current_round = view.round
         assert self.tier_of is not None
-        fresh = candidates[np.isnan(view.last_duration[candidates])]
+        whole = candidates.shape[0] == view.num_clients  # sorted distinct ids: every client
+        fresh = np.flatnonzero(np.isnan(view.last_duration if whole else view.last_duration.take(candidates)))
         if fresh.shape[0]:  # profiling: unprofiled candidates first
+            if not whole:
+                fresh = candidates.take(fresh)
             take = self.rng.choice(fresh, size=min(k, fresh.shape[0]), replace=False)
             return self._fill(candidates, take, k)
         allowed = self.credits != 0
@@ -112,7 +150,10 @@ class TiFL(Selector):
         tier = int(self.rng.choice(p.tiers, p=probs))
         if self.credits[tier] > 0:
             self.credits[tier] -= 1
-        members = candidates[self.tier_of[candidates] == tier]
+        if whole:
+            members = self.members[tier]
+        else:
+            members = candidates.take(np.flatnonzero(self.tier_of.take(candidates) == tier))
         take = self.rng.choice(members, size=min(k, members.shape[0]), replace=False)
         return self._fill(candidates, take, k)
 
