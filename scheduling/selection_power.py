@@ -1,20 +1,31 @@
 """Power-of-choice selection (Cho, Wang, Joshi, "Towards Understanding Biased Client
 Selection in Federated Learning", AISTATS 2022, Sec. 4, Algorithm 1).
 
-Every choice, stated:
+The paper is not in this project's papers folder and its authors' code is not public; the
+Flower baseline that reproduces it (adap/flower, ``baselines/power_of_choice/power_of_choice/strategy.py``)
+is the reference named below. Every choice, stated:
 
 * **Candidates** (Alg. 1, step 1): ``d`` distinct clients drawn without replacement among
   the idle, available ones with probability proportional to their data size ``p_k`` (the
   paper assumes the server knows the data fractions; here the scenario must disclose them,
-  ``selection.disclose: [data_size]``). ``d`` defaults to ``2 K`` and is capped at the
-  number of candidates; ``d = K`` makes the choice the plain size-weighted draw (the
-  ablation).
+  ``selection.disclose: [data_size]``; the Flower baseline asks each client its data size
+  and draws the same way). ``d`` defaults to ``2 K`` (fedclock's default: the paper treats
+  ``d`` as the knob between convergence speed and bias and gives no single value) and is
+  capped at the number of candidates; ``d = K`` makes the choice the plain size-weighted
+  draw (the ablation). When fewer than ``d`` candidates hold data, they are drawn
+  uniformly.
 * **Choice** (Alg. 1, step 3): the ``K`` candidates with the highest local loss. The paper's
   ``pow-d`` asks each candidate for its loss on the current global model; that costs a
   forward pass per candidate that fedclock does not simulate, so this is the paper's
   communication- and computation-free variant ``rpow-d`` (Sec. 5): the loss each client
-  last reported with an applied result. A client that never reported counts as having the
+  last reported with an applied result (the Flower baseline's ``rpow`` variant keeps each
+  client's latest loss the same way). A client that never reported counts as having the
   highest loss (inf; it is tried first); ties are broken by the candidates' draw order.
+
+**Cost at a million clients.** The draw is NumPy's weighted draw without replacement
+(:func:`~fedclock.scheduling.selection_arrays.weighted_draw`: the same clients from the
+same random numbers) without its per-call argument checks, and the distribution is
+accumulated once per distinct candidate set; the choice sorts only the ``d`` candidates.
 """
 from __future__ import annotations
 

@@ -1,26 +1,40 @@
 """TiFL: tier-based client selection (Chai, Ali, Zawad, Truex, Anwar, Baracaldo, Zhou, Ludwig,
 Yan, Cheng, "TiFL: A Tier-based Federated Learning System", HPDC 2020, Sec. 4).
 
-Every choice, stated:
+The paper is not in this project's papers folder and its authors published no code; where
+Algorithm 2 needs reading, the public re-implementation in FLTK (bacox/fltk,
+``fltk/strategy/client_selection/tifl.py``, ``change_probs`` and ``tifl_init``) is the
+reference named below. Every choice, stated:
 
-* **Profiling and tiers** (Sec. 4.1, 4.2): clients are grouped into ``tiers`` tiers of
-  (nearly) equal size by their observed mean task duration (dispatch to arrival), fastest
-  first: a profiled client of rank ``r`` (ascending duration, ties by id) among ``n``
-  profiled ones is in tier ``floor(r tiers / n)``. The paper profiles every client with a
-  few training tasks first; here the server profiles as it goes: while some candidates have
-  never returned a result, the cohort is drawn uniformly among those unprofiled candidates
-  first (then uniformly among the others). Tiers are recomputed every ``interval`` rounds.
+* **Profiling and tiers** (Sec. 4.1, 4.2): clients are grouped into ``tiers`` tiers (5 by
+  default, the paper's and FLTK's usual count) of (nearly) equal size by their observed
+  mean task duration (dispatch to arrival), fastest first: a profiled client of rank ``r``
+  (ascending duration, ties by id) among ``n`` profiled ones is in tier ``floor(r tiers /
+  n)``. The paper profiles every client with a few training tasks first; here the server
+  profiles as it goes: while some candidates have never returned a result, the cohort is
+  drawn uniformly among those unprofiled candidates first (then uniformly among the
+  others). Tiers are recomputed every ``interval`` rounds (the paper tiers once, after
+  profiling; re-tiering follows clients whose speed changes).
 * **Tier choice** (Sec. 4.3, Algorithm 2, adaptive): every round one tier is chosen and the
   cohort drawn uniformly among its idle, available clients (filled uniformly from the
-  other tiers when it has too few). Every ``interval`` rounds the tier probabilities are
-  recomputed from the tiers' performance: the paper ranks tiers by their test accuracy
-  and favours the worse ones; fedclock's server knows the clients' reported training
-  losses, so tiers are ranked by the mean last reported loss of their clients, and the tier
-  of rank ``j`` (0: highest loss) gets weight ``tiers - j`` (probabilities proportional,
-  over the tiers with credits left). Before the first update all tiers are equally likely.
+  other tiers when it has too few). Every ``interval`` rounds (``I``, 10 by default) the
+  tier probabilities are recomputed (``ChangeProbs``): the ``n`` tiers with credits left
+  are ranked by performance, worst first, and the tier of rank ``j`` gets ``(n - j) / (n
+  (n + 1) / 2)``, a tier without credits 0 (:meth:`TiFL.tier_probabilities`; FLTK's
+  ``change_probs`` reads Algorithm 2 the same way). The paper ranks by each tier's test
+  accuracy; fedclock's server holds no per-tier test data but knows the clients' reported
+  training losses, so "worst" is the highest mean last reported loss. Before the first
+  update all tiers are equally likely; between updates a tier that runs out of credits is
+  left out and the others' probabilities renormalised (as FLTK's ``select_tier`` does).
 * **Credits** (Alg. 2): every tier starts with ``credits`` selections; choosing a tier
   spends one; a tier without credits is not chosen (when every tier is out of credits, all
-  are allowed again). ``credits: null`` (default) sets no limit.
+  are refilled: the paper's runs end first, FLTK sizes credits as ``ceil(rounds /
+  tiers)`` so they do too). ``credits: null`` (default) sets no limit.
+
+**Cost at a million clients.** A round's choice is a few linear passes (who is unprofiled,
+the chosen tier's members); re-tiering places only the ``tiers - 1`` boundary clients with
+one partial sort and keeps each tier's members from one stable counting sort, instead of
+sorting every client (``benchmarks/selection.py`` measures both).
 """
 from __future__ import annotations
 
@@ -100,14 +114,16 @@ class TiFL(Selector):
 
     @staticmethod
     def tier_probabilities(tier_loss: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-        """Weights ``tiers - rank`` by mean loss (rank 0: highest loss; ties by tier index;
-        NaN loss ranks last), normalised over the ``allowed`` tiers."""
+        """Algorithm 2's ``ChangeProbs`` over the ``n`` ``allowed`` tiers (those with credits
+        left): ranked by mean loss (rank 0: highest loss; ties by tier index; NaN loss ranks
+        last), the tier of rank ``j`` gets ``(n - j) / (n (n + 1) / 2)``; the others 0."""
         m = tier_loss.shape[0]
-        key = np.where(np.isnan(tier_loss), -np.inf, tier_loss)
-        rank = np.empty(m, dtype=np.int64)
-        rank[np.lexsort((np.arange(m), -key))] = np.arange(m)
-        weights = (m - rank).astype(np.float64) * allowed
-        return weights / weights.sum()
+        tiers = np.flatnonzero(allowed)
+        n = tiers.shape[0]
+        key = np.where(np.isnan(tier_loss[tiers]), -np.inf, tier_loss[tiers])
+        out = np.zeros(m)
+        out[tiers[np.lexsort((tiers, -key))]] = (n - np.arange(n)) / (n * (n + 1) / 2)
+        return out
 
     def _new_round(self, view: SelectionView) -> None:
         p: TiFLParams = self.params
@@ -125,7 +141,8 @@ class TiFL(Selector):
                     members = members[~np.isnan(members)]
                     if members.shape[0]:
                         tier_loss[t] = members.mean()
-                self.probs = self.tier_probabilities(tier_loss, np.ones(p.tiers, dtype=bool))
+                allowed = self.credits != 0
+                self.probs = self.tier_probabilities(tier_loss, allowed if allowed.any() else ~allowed)
         self.rounds_seen += 1
 
     def select(self, view: SelectionView, candidates: np.ndarray, k: int) -> np.ndarray:
