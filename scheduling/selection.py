@@ -11,12 +11,12 @@ draw code, so a default run calls the same generator in the same order as before
 each client its observed history (:class:`ClientHistory`: durations of its finished tasks,
 when it was last picked and how often, the training loss and sample count its last applied
 result reported, how many of its results were applied, how many of its tasks were lost,
-timed out or cancelled), the current virtual time, round and server version, and a seeded random stream of its own (stream
-``SELECTION`` of :mod:`fedclock.scheduling.rng`). The device profiles are the simulation's
-hidden truth: a view holds no reference to them. Only when the scenario says the clients
-disclose them (``selection.disclose``), :attr:`SelectionView.resources` gives them
-(:class:`Disclosed`, the resource request of Nishio and Yonetani, ICC 2019, Sec. III-B);
-otherwise reading it raises :class:`NotDisclosed`.
+timed out or cancelled), the current virtual time, round and server version, and a seeded
+random stream of its own (stream ``SELECTION`` of :mod:`fedclock.scheduling.rng`). The
+device profiles are the simulation's hidden truth: a view holds no reference to them. Only
+when the scenario says the clients disclose them (``selection.disclose``),
+:attr:`SelectionView.resources` gives them (:class:`Disclosed`, the resource request of
+Nishio and Yonetani, ICC 2019, Sec. III-B); otherwise reading it raises :class:`NotDisclosed`.
 
 **Where the loss comes from.** A task's training metrics (``train_loss``, the mean loss of
 its local steps, returned by the client with its upload; see :mod:`fedclock.actors.runtime`)
