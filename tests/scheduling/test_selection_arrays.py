@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedclock.scheduling.selection import ClientHistory, SelectionView
 from fedclock.scheduling.selection_arrays import largest, rank_value, smallest, weighted_draw
 from fedclock.scheduling.selection_fedcs import FedCS
+from fedclock.scheduling.selection_oort import Oort, OortParams
 from fedclock.scheduling.selection_tifl import TiFL
 
 
@@ -27,10 +29,10 @@ def test_weighted_draw_is_numpys_choice_from_the_same_random_numbers() -> None:
 def test_partial_orders_equal_the_full_sort() -> None:
     for case in range(200):
         rng = np.random.default_rng(case)
-        n = int(rng.integers(1, 60))
+        n = int(rng.integers(1, 60)) if case % 4 else int(rng.integers(64, 2000))
         keys = rng.integers(0, 5, n).astype(float) if case % 2 else rng.random(n)
-        ids = np.sort(rng.choice(1000, n, replace=False))
-        m = int(rng.integers(0, n + 2))
+        ids = np.sort(rng.choice(10_000, n, replace=False))
+        m = int(rng.integers(0, n + 2)) if case % 4 else int(rng.integers(0, n // 64 + 1))  # the sampled cut too
         assert smallest(keys, ids, m).tolist() == np.lexsort((ids, keys))[:m].tolist()
         assert largest(keys, ids, m).tolist() == np.lexsort((ids, -keys))[:m].tolist()
         rank = int(rng.integers(0, n))
@@ -82,3 +84,18 @@ def test_tifl_tiers_equal_the_full_sort() -> None:
         order = known[np.lexsort((known, durations[known]))]
         expected[order] = np.arange(order.shape[0]) * tiers // max(order.shape[0], 1)
         assert TiFL.tiers_from(durations, tiers).tolist() == expected.tolist()
+
+
+def test_oorts_kept_preferred_duration_equals_a_fresh_one() -> None:
+    """Oort keeps the known durations sorted and moves only the clients whose results
+    arrived; after every batch of arrivals (rounded durations: ties) its preferred duration
+    equals :meth:`Oort.preferred_duration` computed from scratch."""
+    rng = np.random.default_rng(0)
+    history = ClientHistory(300)
+    oort = Oort(OortParams(round_threshold=30.0), rng)
+    for step in range(40):
+        for client in rng.choice(300, size=int(rng.integers(0, 40)), replace=False).tolist():
+            history.arrived(client, float(np.round(rng.lognormal(0, 1), 1)), None, None)
+        oort.threshold = float(rng.choice([5.0, 30.0, 95.0]))
+        view = SelectionView(history, float(step), step, step, None)
+        assert oort._preferred(view) == Oort.preferred_duration(history.last_duration, oort.threshold)
