@@ -38,10 +38,11 @@ from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
 from tests.conftest import scenario
 
 SMALL = {**ASYNC_HETEROGENEOUS, "population": {**ASYNC_HETEROGENEOUS["population"], "num_clients": 4},
+         "dataset": {**ASYNC_HETEROGENEOUS["dataset"], "max_train_samples": 300},
          "stop": {"versions": 9}, "evaluation": {"every": 2},
          "output": {"checkpoint_every": 3, "progress": False, "flush_every_s": 1000}}
 """Checkpoints at versions 3, 6 and 9; the kills hit the one of version 9, which also prunes
-checkpoint 3. Tables are flushed only when a checkpoint makes them durable (not by wall
+checkpoint 3. 300 training samples keep each of the test's many runs short. Tables are flushed only when a checkpoint makes them durable (not by wall
 time), so every run takes the same steps."""
 TARGET = 9
 STEPS: list[tuple[Any, str]] = [(os, "replace"), (os, "fsync"), (os, "unlink"), (os, "rmdir"), (os, "mkdir"),
