@@ -42,8 +42,9 @@ SMALL = {**ASYNC_HETEROGENEOUS, "population": {**ASYNC_HETEROGENEOUS["population
          "stop": {"versions": 9}, "evaluation": {"every": 2},
          "output": {"checkpoint_every": 3, "progress": False, "flush_every_s": 1000}}
 """Checkpoints at versions 3, 6 and 9; the kills hit the one of version 9, which also prunes
-checkpoint 3. 300 training samples keep each of the test's many runs short. Tables are flushed only when a checkpoint makes them durable (not by wall
-time), so every run takes the same steps."""
+checkpoint 3. 300 training samples keep each of the test's many runs short. Tables are
+flushed only when a checkpoint makes them durable (not by wall time), so every run takes the
+same steps."""
 TARGET = 9
 STEPS: list[tuple[Any, str]] = [(os, "replace"), (os, "fsync"), (os, "unlink"), (os, "rmdir"), (os, "mkdir"),
                                 (shutil, "rmtree"), (torch, "save"), (pq, "write_table"), (Path, "write_text")]
