@@ -148,6 +148,30 @@ def check(kind: str, name: str, obj: Any) -> None:
             "() -> mapping with x_train, y_train, x_test, y_test"
         raise PluginError(f"{field}: {name} is not callable (expected a function or class {what}; "
                           f"got {_describe(obj)})")
+    elif kind == "model":
+        _check_model_builder(field, name, obj)
+
+
+def _check_model_builder(field: str, name: str, obj: Any) -> None:
+    """A model builder is an ``nn.Module`` subclass or a Python function, callable as
+    ``(input_shape, num_classes)``: any other class (``builtins:dict``) or a built-in function
+    would only fail when the run builds its first model, with a traceback that is not the
+    user's (issue 33)."""
+    from torch import nn
+
+    expected = "expected an nn.Module subclass or a function (input_shape, num_classes) -> nn.Module"
+    if isinstance(obj, type) and not issubclass(obj, nn.Module):
+        raise PluginError(f"{field}: {name} is the class {obj.__name__}, not an nn.Module subclass ({expected})")
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        raise PluginError(f"{field}: {name} is {_describe(obj)} whose arguments cannot be read ({expected})") \
+            from None
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise PluginError(f"{field}: {name}{signature} cannot be called with (input_shape, num_classes) "
+                          f"({expected})") from None
 
 
 def _describe(obj: Any) -> str:

@@ -164,17 +164,17 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                       "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d"]
+                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d", "sent140", "celeba"]
 
 FileFormat = Literal["leaf", "tff_h5", "fedscale_csv"]
 """Published client-file formats (:mod:`fedclock.scenarios.client_files`)."""
 FORMAT_DATASETS: dict[str, tuple[str, ...]] = {
-    "leaf": ("femnist", "shakespeare", "synthetic_leaf"),
+    "leaf": ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba"),
     "tff_h5": ("femnist", "shakespeare", "cifar100"),
     "fedscale_csv": ("femnist",),
 }
 """The datasets each format is read for."""
-FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf")
+FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba")
 """Datasets that exist only as client files (they need ``dataset.format``)."""
 
 
@@ -260,6 +260,8 @@ class DatasetConfig(StrictModel):
                              f"not {self.name}")
         if self.generate is not None and self.format != "leaf":
             raise ValueError(f"generate: generates leaf files only (format is {self.format})")
+        if self.generate is not None and self.name in ("sent140", "celeba"):
+            raise ValueError(f"generate: writes femnist, shakespeare or synthetic_leaf files, not {self.name}")
         if self.pool == "all":
             raise ValueError("pool: client files keep every user's own train and test data; use pool: train")
         return self
