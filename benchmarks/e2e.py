@@ -25,7 +25,9 @@ Their data are seeded random images in CIFAR-10's python pickle format
 ``--clients``, ``--cohort`` and ``--test-images`` bound their size. ``--device cuda`` trains
 the plain loop and fedclock (``runtime.device: cuda``) on the GPU: the Ray backend then runs
 ``--gpu-actors`` executors each holding that fraction of the GPU (``runtime.num_gpus``), the
-inline backend trains in the driver. ``--ray-executors 1,2,4,8,16`` times instead the Ray
+inline backend trains in the driver; the plain loop then runs the kernels fedclock's CUDA
+executors run (full float32 without TF32, deterministic cuDNN: ``actors/cuda_kernels.py``),
+so both sides do the same arithmetic. ``--ray-executors 1,2,4,8,16`` times instead the Ray
 backend with each number of single-threaded CPU executors (scaling with cores).
 ``benchmarks/device_run.sh`` runs both on a GPU machine.
 
@@ -280,6 +282,10 @@ def plain_main(work: dict, root: Path) -> None:
     if threads:
         torch.set_num_threads(threads)
     device = torch.device(os.environ.get("E2E_DEVICE", "cpu"))
+    if device.type == "cuda":  # the same kernels as fedclock's CUDA executors: full float32, deterministic cuDNN
+        from fedclock.actors.cuda_kernels import exact_cuda_kernels
+
+        exact_cuda_kernels()
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(a).to(device) for a in read_data(work, root))
     torch.manual_seed(0)
     model = build_model(work).to(device)

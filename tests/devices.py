@@ -40,8 +40,3 @@ def on_device(data: ClientData, device: str | torch.device) -> ClientData:
     """``data`` with its tensors on ``device`` (what an executor's ``client_data`` gives)."""
     return dataclasses.replace(data, x_train=data.x_train.to(device), y_train=data.y_train.to(device),
                                x_test=data.x_test.to(device), y_test=data.y_test.to(device))
-
-
-def tensors_on(values: dict[str, Any], device: str | torch.device) -> dict[str, Any]:
-    """A payload or client state with its tensors on ``device`` (others unchanged)."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in values.items()}

@@ -1,6 +1,8 @@
 """Vectorized clients give the sequential loop's numbers (float tolerance; counts exact),
 on the CPU and, where a GPU is visible, on it (``device`` parameters marked ``cuda``: both
-paths on the GPU, so the batched kernels are checked against the per-client path there)."""
+paths on the GPU, so the batched kernels are checked against the per-client path there). As
+in an executor, the clients' data are on the device and payloads, start weights and client
+states arrive as CPU tensors."""
 from __future__ import annotations
 
 import dataclasses
@@ -29,7 +31,7 @@ from fedclock.algorithms.training import local_sgd
 from fedclock.algorithms.vectorized import SGDTask, VECTOR_MODELS, check_model, client_updates, is_vectorizable, \
     vectorize_problem, vectorized_local_sgd
 from fedclock.scheduling.rng import Stream, torch_rng
-from tests.devices import DEVICES, on_device, tensors_on
+from tests.devices import DEVICES, on_device
 
 ATOL = 1e-5
 
@@ -78,7 +80,7 @@ def assert_same(seq: list[Any], vec: list[Any]) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters(device: str) -> None:
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
-    start = factory.initial_weights(torch.Generator().manual_seed(0)).to(device)
+    start = factory.initial_weights(torch.Generator().manual_seed(0))
     sizes = [23, 5, 40, 0, 12]  # 23 % 8 and 40 % 8: batches straddle epochs; 5 < batch: short batches
     steps = [7, 3, 2, 4, 0]  # partial work and zero steps
     params = [AlgorithmParams(lr=0.1, batch_size=8), AlgorithmParams(lr=0.05, batch_size=8, momentum=0.9),
@@ -93,14 +95,14 @@ def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters(dev
     seq, vec = run_both(factory, make, device)
     assert [m["steps"] for _, m in vec] == [7, 3, 2, 0, 0]
     assert_same(seq, vec)
-    assert not torch.equal(vec[0][0].cpu(), start.cpu())  # it trained
+    assert not torch.equal(vec[0][0].cpu(), start)  # it trained
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["cnn5", "spfl_cnn_padded", "conv_gn", "logistic"])
 def test_other_models(name: str, device: str) -> None:
     factory = ModelFactory(name, (1, 8, 8), 4)
-    start = factory.initial_weights(torch.Generator().manual_seed(1)).to(device)
+    start = factory.initial_weights(torch.Generator().manual_seed(1))
     data = [on_device(client(c, n, (1, 8, 8), 4), device) for c, n in enumerate([9, 4, 6])]
     p = AlgorithmParams(lr=0.05, batch_size=4, momentum=0.5)
 
@@ -141,7 +143,7 @@ def test_client_updates_match_client_update(cls: Any, params: Any, device: str) 
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
     alg = cls(params, factory).to(device)
     state = alg.init_server(torch.Generator().manual_seed(0))
-    payload = tensors_on(alg.payload_for(dataclasses.replace(state, version=3), 0), device)
+    payload = alg.payload_for(dataclasses.replace(state, version=3), 0)
     data = [on_device(dataclasses.replace(client(c, n, (6,)), steps=s), device)
             for c, (n, s) in enumerate([(12, None), (3, 2), (17, 1)])]
     seq = [alg.client_update(payload, None, d, rng(c, 2)) for c, d in enumerate(data)]
@@ -200,7 +202,6 @@ def test_stateful_client_updates_match_over_two_tasks(cls: Any, params: Any, vec
     payload = dict(alg.payload_for(dataclasses.replace(state, version=2), 0))
     if vector is not None:  # a server vector as after some rounds
         payload[vector] = 0.1 * torch.randn(factory.num_params, generator=torch.Generator().manual_seed(5))
-    payload = tensors_on(payload, device)
     steps = [None, 2, 1, None] if cls.partial_work else [None] * 4
     data = [on_device(dataclasses.replace(client(c, n, (6,)), steps=s), device)
             for c, (n, s) in enumerate(zip([12, 3, 17, 0], steps))]
@@ -211,8 +212,8 @@ def test_stateful_client_updates_match_over_two_tasks(cls: Any, params: Any, vec
         _assert_results_close(seq, vec)
         states = [r.state for r in seq]
     if vector is not None:  # the distinctive term was applied: without it the upload differs
-        plain = client_updates(alg, [{**payload, vector: torch.zeros(factory.num_params, device=device)}], [None],
-                               data[:1], [rng(0, 0)])
+        plain = client_updates(alg, [{**payload, vector: torch.zeros(factory.num_params)}], [None], data[:1],
+                               [rng(0, 0)])
         first = client_updates(alg, [payload], [None], data[:1], [rng(0, 0)])
         key = next(iter(first[0].upload))
         assert not torch.allclose(plain[0].upload[key].cpu(), first[0].upload[key].cpu(), atol=1e-4)

@@ -1,5 +1,6 @@
 """Personalized evaluation of many clients at once gives the sequential numbers (on the CPU,
-and on the GPU where one is visible: ``device`` parameters marked ``cuda``)."""
+and on the GPU where one is visible: ``device`` parameters marked ``cuda``; the test data on
+the device, weights and states as CPU tensors, as an executor has them)."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,7 +14,7 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_ft import FedAvgFT, FedAvgFTParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.vectorized_eval import evaluate_clients, evaluate_weights, evaluates_vectorized
-from tests.devices import DEVICES, on_device, tensors_on
+from tests.devices import DEVICES, on_device
 
 ATOL = 1e-5
 
@@ -38,7 +39,7 @@ def test_many_models_on_their_own_test_sets(name: str, device: str) -> None:
     shape = (6,) if name == "mlp" else (1, 8, 8)
     factory = ModelFactory(name, shape, 3, **({"hidden": (8,)} if name == "mlp" else {}))
     gen = torch.Generator().manual_seed(0)
-    weights = [factory.initial_weights(gen).to(device) for _ in range(4)]
+    weights = [factory.initial_weights(gen) for _ in range(4)]
     datas = [on_device(client(c, 0, n, shape), device) for c, n in enumerate([7, 0, 13, 5])]  # uneven, one empty
     model = factory.build().to(device)
     seq = [evaluate_flat(model, factory, w, d.x_test, d.y_test, 4) for w, d in zip(weights, datas)]
@@ -56,10 +57,10 @@ CASES = [(Ditto, DittoParams(lr=0.1, batch_size=5, lam=0.2)),
 def test_evaluate_clients_matches_evaluate_client(cls: Any, params: Any, device: str) -> None:
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
     alg = cls(params, factory).to(device)
-    payload = tensors_on(alg.payload_for(alg.init_server(torch.Generator().manual_seed(0)), 0), device)
+    payload = alg.payload_for(alg.init_server(torch.Generator().manual_seed(0)), 0)
     datas = [on_device(client(c, n, t, (6,)), device) for c, (n, t) in enumerate([(12, 9), (0, 4), (3, 6), (20, 0)])]
     gen = torch.Generator().manual_seed(3)
-    states = [None, None] + [{"personal": factory.initial_weights(gen).to(device)} for _ in range(2)] \
+    states = [None, None] + [{"personal": factory.initial_weights(gen)} for _ in range(2)] \
         if cls is Ditto else [None] * 4
     seq = [alg.evaluate_client(payload, s, d, 8) for s, d in zip(states, datas)]
     vec = evaluate_clients(alg, [payload] * 4, states, datas, 8)
