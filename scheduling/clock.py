@@ -43,13 +43,14 @@ from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.selection import (ClientHistory, Disclosed, SelectionView, Selector, checked_choice,
                                            overcommitted)
-from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Task,
-                                      TaskCosts)
+from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Applied, Reported,
+                                      Task, TaskCosts)
 
 NEVER = Never()
 """The availability of an infeasible client."""
 
-__all__ = ["APPLIED", "CANCELLED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Backend", "Clock", "Recorder",
+__all__ = ["APPLIED", "CANCELLED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Applied", "Backend", "Clock",
+           "Recorder", "Reported",
            "Script", "Task", "TaskCosts"]
 
 
@@ -61,7 +62,9 @@ class Backend(Protocol):
         now or whenever the client state it leaves is first needed."""
 
     def apply(self, tasks: Sequence[Task]) -> int:
-        """Hand these arrivals (with ``staleness`` set) to the server; return the server version."""
+        """Hand these arrivals (with ``staleness`` set) to the server; return the server
+        version, as an :class:`Applied` to report what each task's client reported (the
+        clock records it on the tasks)."""
 
     def release(self, task: Task, keep_state: bool) -> None:
         """Forget a task whose upload is not used; keep the client's new state if it finished."""
@@ -403,7 +406,11 @@ class Clock:
         """Hand arrivals to the server, record them, evaluate on the cadence."""
         before = self.version
         if tasks:
-            self.version = self.backend.apply(tasks)
+            applied = self.backend.apply(tasks)
+            self.version = int(applied)
+            if isinstance(applied, Applied):
+                for t, report in zip(tasks, applied.reports):
+                    t.metrics, t.steps_reported = report.metrics, report.steps
         if self.script is not None and self.version != before:
             self.script.version_reached(self)
         history = self.history
