@@ -115,22 +115,22 @@ fi
 E2E=(benchmarks/e2e.py --workloads cifar_cnn5,cifar_resnet --vectorize 50)
 if [ "$CUDA" = 1 ]; then
   if [ "$TINY" = 1 ]; then
-    step e2e_gpu 210 "$PY" "${E2E[@]}" --device cuda --tiny
+    step e2e_gpu 210 "$PY" "${E2E[@]}" --device cuda --tiny --side-timeout 60
   else
-    step e2e_gpu 210 "$PY" "${E2E[@]}" --device cuda --gpu-actors 4
+    step e2e_gpu 210 "$PY" "${E2E[@]}" --device cuda --gpu-actors 4 --side-timeout 60
   fi
 elif [ "$TINY" = 1 ]; then
   STEP_NOTE="no CUDA device: the same comparison on the CPU, tiny, cnn5 only" \
-    step e2e_gpu 600 "$PY" benchmarks/e2e.py --workloads cifar_cnn5 --vectorize 50 --device cpu --tiny \
-    --plain-threads 1
+    step e2e_gpu 900 "$PY" benchmarks/e2e.py --workloads cifar_cnn5 --vectorize 50 --device cpu --tiny \
+    --plain-threads 1 --side-timeout 300
 else
   skip e2e_gpu "no CUDA device visible to PyTorch"
 fi
 
 if [ "$TINY" = 1 ]; then
-  step e2e_cpu_scaling 600 "$PY" benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2 --tiny
+  step e2e_cpu_scaling 900 "$PY" benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2 --tiny --side-timeout 300
 else
-  step e2e_cpu_scaling 120 "$PY" benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2,4,8,16 --rounds 3 \
-    --test-images 2000
+  step e2e_cpu_scaling 120 "$PY" benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2,4,8,16 --rounds 2 \
+    --test-images 2000 --side-timeout 60
 fi
 echo "# done $(date -u +%FT%TZ)" >>"$OUT_DIR/steps.txt"

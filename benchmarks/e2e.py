@@ -64,7 +64,7 @@ minutes) and took 16 minutes at load average 10-29.
                              [--skip-plain] [--skip-fedclock] [--backends ray,inline] [--vectorize 32]
                              [--keep DIR] [--out FILE]
     python benchmarks/e2e.py --workloads cifar_cnn5,cifar_resnet --device cuda --gpu-actors 4 --vectorize 50
-    python benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2,4,8,16 --rounds 3 --test-images 2000
+    python benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2,4,8,16 --rounds 2 --test-images 2000
 """
 from __future__ import annotations
 
@@ -105,6 +105,8 @@ TINY = {"clients": 20, "cohort": 4, "samples": 10, "rounds": 1, "test": 50}
 """``--tiny``: the CIFAR workloads cut to a size that a loaded 2-core machine runs in seconds."""
 TARGETS = "MLP: vectorized <= 0.5x plain and >= 5x faster than Flower, unvectorized <= 1.2x plain; " \
           "CNN5: <= 1.10x plain and faster than Flower; start-up to the first dispatched task <= 3 s"
+GPU_GOAL = "CIFAR workloads on a GPU (issue 35): fedclock with vectorized clients at least 10x faster than the " \
+           "plain loop (ratio <= 0.10)"
 
 
 # ----------------------------------------------------------------------------- data
@@ -413,12 +415,18 @@ def scenario_text(name: str, work: dict, root: Path, vectorize: int, backend: st
     }, indent=1)
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, dict[str, float]]:
+class SideFailed(Exception):
+    """One side's process failed or ran out of time (the other sides still run)."""
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, limit: float = 0.0) -> tuple[float, dict[str, float]]:
     """Run ``cmd`` as a process; (wall seconds from before its start to its exit, CPU
     seconds of the process and its descendants — the Ray daemons and actors — sampled from
     /proc every 0.2 s, each process's last reading, so a process ending between two
     samples loses at most its last 0.2 s), by role: ``driver`` (the process itself),
-    ``server``, ``executors`` (Ray actors), ``ray`` (every other descendant)."""
+    ``server``, ``executors`` (Ray actors), ``ray`` (every other descendant). Raises
+    :class:`SideFailed` when it exits with an error or outlives ``limit`` seconds (0: no
+    limit; it is then sent SIGTERM, on which fedclock stops its Ray, and killed 15 s later)."""
     start = time.perf_counter()
     cpu: dict[int, float] = {}
     roles: dict[int, str] = {}
@@ -428,11 +436,23 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, dic
             cpu.update(tree_cpu_by_pid(proc.pid))
             for pid in cpu.keys() - roles.keys():
                 roles[pid] = role_of(pid, proc.pid)
+            if limit and time.perf_counter() - start > limit:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                raise SideFailed(f"timed out after {limit:g} s (--side-timeout)")
             time.sleep(0.2)
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             err.seek(0)
-            raise SystemExit(f"e2e: {' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{err.read()[-3000:]}")
+            text = err.read()
+            print(f"e2e: {' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{text[-3000:]}", file=sys.stderr,
+                  flush=True)
+            last = next((line for line in reversed(text.splitlines()) if line.strip()), "no error output")
+            raise SideFailed(f"exit status {proc.returncode}: {last.strip()[:300]}")
     by_role: dict[str, float] = {}
     for pid, seconds in cpu.items():
         by_role[roles[pid]] = by_role.get(roles[pid], 0.0) + seconds
@@ -440,7 +460,7 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, dic
 
 
 def run_fedclock(name: str, work: dict, root: Path, tmp: Path, vectorize: int, backend: str = "ray",
-                 extra: dict[str, Any] | None = None) -> tuple[float, dict[str, float], float]:
+                 extra: dict[str, Any] | None = None, limit: float = 0.0) -> tuple[float, dict[str, float], float]:
     """One cold ``fedclock run``: (wall seconds, CPU seconds by role, seconds to the first dispatched task)."""
     scenario = tmp / f"{name}.yaml"  # JSON is YAML
     scenario.write_text(scenario_text(name, work, root, vectorize, backend, extra))
@@ -450,7 +470,7 @@ def run_fedclock(name: str, work: dict, root: Path, tmp: Path, vectorize: int, b
     mark.unlink(missing_ok=True)
     env = {**os.environ, "E2E_FIRST_TASK_FILE": str(mark)}
     before = time.time()
-    wall, cpu = timed([sys.executable, __file__, "--fedclock", str(scenario), str(out)], env)
+    wall, cpu = timed([sys.executable, __file__, "--fedclock", str(scenario), str(out)], env, limit)
     import pyarrow.parquet as pq
 
     num_train = pq.read_table(out / "clients.parquet", columns=["num_train"]).column(0).to_pylist()
@@ -528,6 +548,8 @@ def main() -> None:
     parser.add_argument("--cohort", type=int, default=None, help="bound: cohort of the CIFAR workloads")
     parser.add_argument("--test-images", type=int, default=None, help="bound: test images of the CIFAR workloads")
     parser.add_argument("--out", type=Path, default=None, help="also append every printed line to this file")
+    parser.add_argument("--side-timeout", type=float, default=0.0, help="seconds after which one side's process "
+                        "is stopped and reported as failed (0: no limit); the other sides still run")
     parser.add_argument("--keep", type=Path, default=None, help="write data, scenarios and results here (kept)")
     parser.add_argument("--plain", nargs=2, metavar=("WORKLOAD", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--work", default=None, help=argparse.SUPPRESS)  # the sized workload, JSON (children)
@@ -564,7 +586,11 @@ def main() -> None:
     else:
         tmp = args.keep
         tmp.mkdir(parents=True, exist_ok=True)
-    say(f"e2e: {os.cpu_count()} CPUs, device {device_name}, load average {load_average()}; targets: {TARGETS}")
+    goals = [TARGETS] if {"mlp", "cnn5"} & set(args.workloads.split(",")) else []
+    if any("cohort" in WORKLOADS[w] for w in args.workloads.split(",")) and args.device == "cuda":
+        goals.append(GPU_GOAL)
+    say(f"e2e: {os.cpu_count()} CPUs, device {device_name}, load average {load_average()}"
+        + (f"; targets: {'; '.join(goals)}" if goals else ""))
     results: dict[str, dict[str, float]] = {}
     try:
         for name in args.workloads.split(","):
@@ -581,15 +607,20 @@ def main() -> None:
                 if not args.skip_plain:
                     env = {**os.environ, "E2E_PLAIN_THREADS": str(args.plain_threads), "E2E_DEVICE": args.device}
                     sides.append(("plain", partial(timed, [sys.executable, __file__, "--plain", name, str(root),
-                                                           "--work", json.dumps(work)], env)))
+                                                           "--work", json.dumps(work)], env, args.side_timeout)))
                 for label, backend, vectorize, extra in fedclock_sides(work, args):
                     sides.append((label, partial(run_fedclock, f"e2e_{name}_{label}", work, root, tmp, vectorize,
-                                                 backend, extra)))
+                                                 backend, extra, args.side_timeout)))
                 if args.flower_python:
                     sides.append(("flower", partial(timed, [args.flower_python, __file__, "--flower", name,
-                                                            str(root), "--work", json.dumps(work)])))
+                                                            str(root), "--work", json.dumps(work)], None,
+                                                    args.side_timeout)))
                 for side, fn in sides:
-                    wall, roles, *startup = fn()
+                    try:
+                        wall, roles, *startup = fn()
+                    except SideFailed as failed:
+                        say(f"[{name} {rep + 1}] {side}: FAILED, {failed} (load average {load_average()})")
+                        continue
                     cpu = sum(roles.values())
                     if side not in order:
                         order.append(side)

@@ -56,13 +56,19 @@ def assert_same_up_to_float_kernels(cpu: pd.DataFrame, gpu: pd.DataFrame) -> Non
 
 @cuda_test
 def test_gpu_runs_inline_and_on_gpu_fractions_give_the_cpu_tables(ray_runtime: Runtime, tmp_path: Path) -> None:
+    """The Ray run uses a runtime of its own on the tests' Ray, closed at the end: a runtime
+    keeps its pooled executors, and these hold the whole GPU between them."""
     import ray
 
     assert ray.cluster_resources().get("GPU", 0) >= 1, "the test Ray does not see the GPU"
     cpu_m, cpu_e = tables(Runtime("inline"), tmp_path / "cpu")
     inline_m, inline_e = tables(Runtime("inline"), tmp_path / "cuda-inline", device="cuda")
-    ray_m, ray_e = tables(ray_runtime, tmp_path / "cuda-ray", device="cuda", num_actors=2, num_gpus=0.5,
-                          placement="pooled")
+    gpu_runtime = Runtime("ray")  # Ray is running (the fixture): this one starts only actors, and close() ends them
+    try:
+        ray_m, ray_e = tables(gpu_runtime, tmp_path / "cuda-ray", device="cuda", num_actors=2, num_gpus=0.5,
+                              placement="pooled")
+    finally:
+        gpu_runtime.close()
     assert len(cpu_e) == 9 and cpu_e.train_loss.notna().all()  # 3 rounds of 3 trained tasks
     pd.testing.assert_frame_equal(inline_m, ray_m, check_exact=True)
     pd.testing.assert_frame_equal(inline_e, ray_e, check_exact=True)

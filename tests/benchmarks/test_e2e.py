@@ -98,3 +98,17 @@ def test_generated_cifar_pickles_are_what_fedclock_and_the_plain_loop_read(tmp_p
     assert sorted(ours.y_test.tolist()) == sorted(y_te.tolist())
     with pytest.raises(ValueError, match="multiple of 5"):
         e2e.write_cifar10(tmp_path / "bad", train=7, test=1)
+
+
+def test_a_failing_or_hanging_side_is_reported_not_fatal() -> None:
+    """A side that exits with an error or outlives ``--side-timeout`` raises ``SideFailed``
+    (the script reports it and goes on with the other sides)."""
+    import sys
+
+    e2e = load_script("e2e")
+    with pytest.raises(e2e.SideFailed, match="exit status 3: boom"):
+        e2e.timed([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"])
+    with pytest.raises(e2e.SideFailed, match="timed out after 0.5 s"):
+        e2e.timed([sys.executable, "-c", "import time; time.sleep(30)"], limit=0.5)
+    wall, _ = e2e.timed([sys.executable, "-c", "pass"], limit=30)
+    assert wall < 30
