@@ -434,8 +434,9 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, limit: float = 0.0)
                                                                env=env) as proc:
         while proc.poll() is None:
             cpu.update(tree_cpu_by_pid(proc.pid))
-            for pid in cpu.keys() - roles.keys():
-                roles[pid] = role_of(pid, proc.pid)
+            for pid in cpu.keys():  # a Ray worker takes its actor's title only once it holds the actor
+                if roles.get(pid, "ray") == "ray":
+                    roles[pid] = role_of(pid, proc.pid)
             if limit and time.perf_counter() - start > limit:
                 proc.terminate()
                 try:
