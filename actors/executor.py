@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fedclock.actors.cuda_kernels import exact_cuda_kernels
 from fedclock.actors.federation import Federation
 from fedclock.actors.task_io import TaskInputs, TaskReport
 from fedclock.actors.wire import map_tensors
@@ -48,6 +49,8 @@ class ClientExecutor:
         """Load one run's data and algorithm; ``vectorize`` > 1 also evaluates up to that many
         clients' models at once when the algorithm can (:mod:`fedclock.algorithms.vectorized_eval`)."""
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            exact_cuda_kernels()
         self.vectorize = vectorize
         self.federation = federation
         self.algorithm = algorithm.to(self.device)

@@ -21,9 +21,11 @@ MAX_VECTORIZE = 1024
 
 
 class RuntimeConfig(StrictModel):
-    """Where the real compute runs. Results do not depend on these settings, with two
+    """Where the real compute runs. Results do not depend on these settings, with three
     exceptions within float rounding: ``threads_per_actor`` > 1 (PyTorch's CPU kernels split
-    their sums by thread count) and ``vectorize`` > 1 (batched kernels)."""
+    their sums by thread count), ``vectorize`` > 1 (batched kernels) and ``device: cuda``
+    (the GPU's kernels against the CPU's; on the GPU, backends and actor counts still give
+    bit-identical tables: :mod:`fedclock.actors.cuda_kernels`)."""
 
     backend: Literal["ray", "inline"] = "ray"
     address: str | None = Field(default=None, description="Ray cluster address; default starts a local Ray")

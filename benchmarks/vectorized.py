@@ -14,7 +14,8 @@ start weights, every client with its own seeded batch order.
 Both sides use ``--threads`` PyTorch threads (default 1, what a fedclock executor uses with
 ``threads_per_actor: 1``) and run on ``--device`` (default ``cpu``; ``cuda`` puts the model,
 the data and the start weights on the GPU for both sides, and the timings wait for the
-device to finish). Configurations (``model:side:hidden``): the MLP with the
+device to finish; on CUDA both run the kernels a fedclock executor runs there:
+:func:`fedclock.actors.cuda_kernels.exact_cuda_kernels`). Configurations (``model:side:hidden``): the MLP with the
 project's default hidden layer on 8x8 inputs (digits) and the FedAvg paper's 784-200-200-10
 "2NN" on 28x28, the SPFL/PLGA CNN on 8x8 and 28x28, and the FedReCo 5-layer CNN (``cnn5``)
 on 8x8. Each side runs once as a warm-up (2 steps), then is timed once; both sides must end
@@ -44,6 +45,7 @@ from typing import Callable
 
 import torch
 
+from fedclock.actors.cuda_kernels import exact_cuda_kernels
 from fedclock.algorithms.base import AlgorithmParams, ClientData
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
@@ -176,6 +178,8 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "vectorized.py: error: --device cuda: no CUDA device here\n")
+    if device.type == "cuda":  # the kernels a fedclock executor runs on CUDA (full float32, deterministic cuDNN)
+        exact_cuda_kernels()
     torch.set_num_threads(args.threads)
     steps = -(-args.samples // args.batch)
     print(f"K={args.clients} clients x {args.samples} samples, B={args.batch}, 1 local epoch = {steps} steps, "
