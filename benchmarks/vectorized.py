@@ -34,7 +34,7 @@ evaluate vectorized (Ditto's personal models, FedAvg-FT's fine-tune-then-test). 
 runs once untimed, then three times, alternately with the other; the fastest time counts.
 
     python benchmarks/vectorized.py [--clients 32] [--samples 100] [--batch 10] [--threads 1] [--device cpu]
-                                    [--configs mlp:8:128,mlp:28:200-200,spfl_cnn:8,spfl_cnn:28,cnn5:8]
+                                    [--configs mlp:8:128,mlp:28:200-200,spfl_cnn_padded:8,spfl_cnn:28,cnn5:8]
                                     [--algorithms fedavg,scaffold,...]
 """
 from __future__ import annotations
@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100, help="training samples per client")
     parser.add_argument("--batch", type=int, default=10, help="mini-batch size B")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch threads (both sides)")
-    parser.add_argument("--configs", default="mlp:8:128,mlp:28:200-200,spfl_cnn:8,spfl_cnn:28,cnn5:8",
+    parser.add_argument("--configs", default="mlp:8:128,mlp:28:200-200,spfl_cnn_padded:8,spfl_cnn:28,cnn5:8",
                         help="model:side[:hidden widths joined by -]")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     parser.add_argument("--algorithms", default="", help="comma-separated algorithm names: time their client "
