@@ -144,7 +144,7 @@ class TraceAvailability(AvailabilityModel):
 
 class UnresolvedAvailability(AvailabilityModel):
     """A plugin model named in a scenario validated without imports (``fedclock validate
-    --no-imports``): its fields are kept as given, unchecked; it cannot be built."""
+    --no-import``): its fields are kept as given, unchecked; it cannot be built."""
 
     model_config = {**AvailabilityModel.model_config, "extra": "allow"}
 
