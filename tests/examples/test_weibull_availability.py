@@ -2,7 +2,8 @@
 ``docs/own_availability.md``): its switching rule by hand, and its scenario file run from its
 folder, where no task starts while its client is offline and the dispatch times differ from
 the same run with every client always available (the model's ablation). Two short inline
-runs (6 versions, 8 clients): the example run end to end is what the test is for."""
+runs (6 versions, 8 clients; about 9 s on a quiet 2-core machine): the example run end to end,
+against its ablation, is what the test is for."""
 from __future__ import annotations
 
 import shutil
