@@ -34,6 +34,7 @@ from filelock import FileLock
 
 
 from fedclock.actors.calls import ActorLost
+from fedclock.actors.watchdog import TaskHung
 from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.models import MODEL_SUMMARIES
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
@@ -205,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownAlgorithm as exc:
         print(f"fedclock: error: {one_line(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
-    except (ActorLost, OutputError) as exc:  # not the user's mistake, but still one line
+    except (ActorLost, OutputError, TaskHung) as exc:  # not the user's mistake, but still one line
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error

@@ -33,9 +33,8 @@ from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_dis
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import AsyncMode, Scenario, SyncMode
-from fedclock.scheduling.availability import population_availability
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
-from fedclock.scheduling.population import client_classes
+from fedclock.scheduling.population import client_classes, population_availability
 from fedclock.scheduling.devices import Devices, task_timing
 from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
 from fedclock.scheduling.timeline import Timeline, client_tags

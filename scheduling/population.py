@@ -8,7 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from fedclock.scheduling.availability_config import AlwaysAvailable, AvailabilityConfig, TraceAvailability, TracePath
+from fedclock.scheduling.availability import Always, Availability
+from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, AvailabilityModel,
+                                                     TraceAvailability, TraceFiles, TracePath)
 from fedclock.scheduling.completeness_connectivity import CompletenessConfig, ConnectivityConfig, FullWork, Reliable
 from fedclock.scheduling.device_library import DEVICE_CLASSES, mix_counts
 from fedclock.scheduling.distributions import DeviceDistributions
@@ -107,3 +109,21 @@ def client_classes(population: PopulationConfig) -> list[str]:
     for name, count in zip(names, counts):
         out += [name] * count
     return out + ["custom"] * (population.num_clients - len(out))
+
+
+def population_availability(population: PopulationConfig, seed: int) -> list[Availability]:
+    """Availability of every client: the population default, overridden per client (a later
+    group wins), each built by its config (:meth:`AvailabilityModel.build`); a trace file
+    shared by many clients is read once, and clients always available share one model."""
+    per_client: dict[int, AvailabilityModel] = {}
+    for group in population.clients:
+        if group.availability is not None:
+            for cid in group.ids:
+                per_client[cid] = group.availability
+    shared_always = Always()
+    traces = TraceFiles()
+    out: list[Availability] = []
+    for cid in range(population.num_clients):
+        cfg = per_client.get(cid, population.availability)
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else cfg.build(seed, cid, traces))
+    return out

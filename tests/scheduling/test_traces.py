@@ -17,7 +17,8 @@ from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError, load_suite
 from fedclock.scheduling.traces import TraceError, read_availability_trace, read_device_trace
-from fedclock.scheduling.availability import Diurnal, TraceReplay, population_availability
+from fedclock.scheduling.availability import Diurnal, TraceReplay
+from fedclock.scheduling.population import population_availability
 from tests.conftest import scenario
 
 ROOT = Path(__file__).resolve().parents[2] / "scenarios"
