@@ -107,8 +107,12 @@ class Clock:
                  work_and_links: WorkAndLinks | None = None, script: Script | None = None,
                  eval_at: Collection[int] = (), stateless_clients: bool = False,
                  selector: Selector | None = None, disclose: Collection[str] = (),
-                 feasible: np.ndarray | None = None) -> None:
+                 feasible: np.ndarray | None = None,
+                 server_seconds: Callable[[int], float] | None = None) -> None:
         self.kernel = Kernel()
+        self.server_seconds = server_seconds
+        """Virtual seconds of a server step on ``k`` arrivals (:mod:`fedclock.scheduling.server_device`);
+        None: the step takes no time."""
         self.env = self.kernel.env
         self.stateless_clients = stateless_clients
         """The algorithm keeps no client state: a task whose upload is known at dispatch to be
@@ -172,6 +176,8 @@ class Clock:
         self.selector = selector
         """Who trains (``selection:``); None: the uniform draws above (:mod:`fedclock.scheduling.selection`)."""
         self.history = ClientHistory(len(devices)) if selector is not None else None
+        self._sizes: np.ndarray | None = None
+        self._request: Disclosed | None = None
         """What the server observed of each client (kept only for a selector)."""
         self.disclose = frozenset(disclose)
         self.cohort_quota: int | None = None
@@ -287,14 +293,31 @@ class Clock:
     def selection_view(self, round_index: int) -> SelectionView:
         """What the selector may see now (:class:`~fedclock.scheduling.selection.SelectionView`)."""
         assert self.history is not None
-        sizes = np.asarray(self._client_size, dtype=np.int64) if "data_size" in self.disclose else None
+        sizes = self._size_array() if "data_size" in self.disclose else None
         deadline = getattr(self.mode, "deadline_s", None)
         return SelectionView(self.history, self.env.now, round_index, self.version,
                              self._disclosed if "resources" in self.disclose else None, data_size=sizes,
                              deadline_s=deadline)
 
+    def _size_array(self) -> np.ndarray:
+        """Every client's training-set size as a read-only array, built once (a selector's
+        view reads it at every decision)."""
+        if self._sizes is None:
+            self._sizes = np.asarray(self._client_size, dtype=np.int64)
+            self._sizes.flags.writeable = False
+        return self._sizes
+
     def _disclosed(self) -> Disclosed:
-        """The clients' resource request: their profiles now and a full task's estimated times."""
+        """The clients' resource request: their profiles now and a full task's estimated times
+        (computed once when the profiles never change)."""
+        if self._request is None or not self._fixed_devices:
+            self._request = self._resource_request()
+            for array in vars(self._request).values():  # shared between decisions: nobody may write it
+                if isinstance(array, np.ndarray):
+                    array.flags.writeable = False
+        return self._request
+
+    def _resource_request(self) -> Disclosed:
         devices, costs = self.devices, self.costs
         if type(devices) is Devices:
             compute, down, up, lat = devices.compute, devices.down_mbps, devices.up_mbps, devices.latency_s
@@ -306,7 +329,7 @@ class Clock:
             lat = np.array([p.latency_s for p in profiles])
         down_s = costs.bytes_down * 8.0 / (down * 1e6) + lat
         up_s = costs.bytes_up * 8.0 / (up * 1e6) + lat
-        sizes = np.asarray(self._client_size, dtype=np.int64)
+        sizes = self._size_array()
         unique, inverse = np.unique(sizes, return_inverse=True)
         work = np.array([costs.work(int(u)) for u in unique])[inverse]
         total = down_s + work / compute + up_s
