@@ -50,7 +50,7 @@ def test_grid_side_by_side_equals_sequential_names_failures_and_reruns_only_unfi
     each job's tables bit for bit as one after another; one job that fails (its folder holds
     a stranger's file) leaves the others to finish, is named at the end with exit status 1,
     and ``unfinished`` (here through the Python API) runs that job alone. About 60 s on the shared
-    2-core box at load ~4 (two spawned worker processes import PyTorch and set up their first
+    2-core box at load ~7 (two spawned worker processes import PyTorch and set up their first
     run; it replaces the earlier test of seeds in processes, which started four and was marked
     slow); the rerun of one job runs in this process."""
     path = tmp_path / "g.yaml"
