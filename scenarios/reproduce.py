@@ -50,6 +50,7 @@ from fedclock.scenarios.claims import Claim, ClaimError, ClaimSet, load_claim_se
 from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
+from fedclock.scenarios.runstatus import FINISHED, read_status
 from fedclock.scenarios.schema import Scenario
 
 DONE_FILE = "clients.parquet"
@@ -140,9 +141,13 @@ def jobs_for(settings: Sequence[Setting], out: Path) -> list[Job]:
 
 
 def finished(job: Job) -> bool:
-    """Whether ``job.out_dir`` holds a finished run of exactly this scenario."""
+    """Whether ``job.out_dir`` holds a finished run of exactly this scenario (a run whose
+    ``run.json`` says anything but finished, e.g. one killed mid-way, is not)."""
     resolved = job.out_dir / "scenario.resolved.yaml"
     if not (job.out_dir / DONE_FILE).is_file() or not resolved.is_file():
+        return False
+    status = read_status(job.out_dir)
+    if status is not None and status.status != FINISHED:
         return False
     try:
         earlier = yaml.safe_load(resolved.read_text(encoding="utf-8"))

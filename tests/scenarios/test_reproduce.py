@@ -85,6 +85,11 @@ def test_changed_settings_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[st
     path.write_text(yaml.safe_dump(_claims(stop_rounds=2)), encoding="utf-8")
     assert main(["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("  ran ") == 4
+    # a run killed mid-way (its run.json still says running) is run again, the others reused
+    killed = max(out.glob("*/trained/seed_1/run.json"), key=lambda p: p.stat().st_mtime)  # this setting's
+    killed.write_text(killed.read_text(encoding="utf-8").replace('"finished"', '"running"'), encoding="utf-8")
+    assert main(["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("  ran ") == 1
 
 
 @pytest.mark.parametrize("change, field", [
