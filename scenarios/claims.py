@@ -38,7 +38,15 @@ Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
   as its last evaluation's version / time, and the report says how many did not);
 * ``linear_generalization`` / ``linear_personalization``: a self-supervised run's final linear
   evaluation, the ``average`` row of that kind in ``linear_eval.parquet``
-  (:mod:`fedclock.scenarios.linear_eval`).
+  (:mod:`fedclock.scenarios.linear_eval`);
+* ``cka_depth_drop`` / ``cka_rise`` / ``cka_head_gap``: a run's ``cka.parquet``
+  (``analysis: cka``, :mod:`fedclock.scenarios.analysis`), the per-layer CKA between each
+  client's local model and the global model averaged over the clients (FedReCo Fig. 2):
+  the first layer's CKA minus the last layer's at the first measured version (similarity
+  falls with depth); the mean over layers of the CKA at the last measured version minus that
+  at the first (similarity rises with training); the mean CKA of every layer but the last
+  minus the last layer's at the last measured version (the classifier stays apart). Shown
+  as CKA x 100; a claim with ``plot: true`` draws CKA against layer per measured version.
 
 A claim compares A with B paired by seed (same partition and initial model: both come from
 the scenario seed only, see :mod:`fedclock.scenarios.federation` and
@@ -55,11 +63,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
-           "linear_generalization", "linear_personalization")
+           "linear_generalization", "linear_personalization", "cka_depth_drop", "cka_rise", "cka_head_gap")
 """The metrics a claim may compare."""
 
 Metric = Literal["final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target",
-                 "time_to_target", "linear_generalization", "linear_personalization"]
+                 "time_to_target", "linear_generalization", "linear_personalization", "cka_depth_drop", "cka_rise",
+                 "cka_head_gap"]
 Direction = Literal["greater", "less", "equal"]
 
 
@@ -103,6 +112,8 @@ class Claim(BaseModel):
     @property
     def unit(self) -> str:
         """The unit the metric is shown in."""
+        if self.metric.startswith("cka_"):
+            return "CKA x 100"
         return {"rounds_to_target": "versions", "time_to_target": "virtual s"}.get(self.metric, "% points")
 
     @property

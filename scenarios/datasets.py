@@ -22,8 +22,11 @@ Choices, in one place:
   little larger when there are very many clients). ``max_train_samples`` subsamples every
   client's training samples proportionally (at least one each).
 * **MNIST, Fashion-MNIST, EMNIST** are read from the uncompressed IDX files under
-  ``<root>/<Name>/raw`` (the files and folders ``torchvision.datasets`` uses); ``.gz`` files
-  found there instead are decompressed beside themselves first. Files are checked (IDX
+  ``<root>/<Name>/raw`` (the files and folders ``torchvision.datasets`` uses), or, when that
+  folder holds none of them, from the four files lying directly in ``<root>`` (a flat folder
+  of the published files, as distributed); ``.gz`` files found under ``raw`` instead are
+  decompressed beside themselves first (torchvision's cache), those of a flat folder or of a
+  folder without write permission in memory (a user's folder is never written to). Files are checked (IDX
   header against the file size), so a broken file is named, and then read by this module
   with NumPy (an unsigned-byte IDX file is a 4-byte magic number, the dimensions, then the
   bytes: the same arrays torchvision's reader returns) — importing ``torchvision.datasets``
@@ -403,21 +406,24 @@ def _load_idx_family(cfg: DatasetConfig, root: Path
         names = [f"emnist-{split}-{part}-{kind}-idx{nd}-ubyte"
                  for part in ("train", "test") for kind, nd in (("images", 3), ("labels", 1))]
     raw = root / folder / "raw"
+    flat = not any(_present(raw / n) for n in names) and all(_present(root / n) for n in names)
+    if flat:
+        raw = root  # a flat folder holding the four files as published
     paths = [raw / n for n in names]
-    if cfg.download and not all(p.is_file() or _gz(p).is_file() for p in paths):
+    if cfg.download and not all(_present(p) for p in paths):
         _download(title, root, lambda: _torchvision_idx(cfg, str(root)))
-    for p in paths:
-        _ensure_plain(p, title, root)
+    sources = [_ensure_plain(p, title, root, in_memory=flat) for p in paths]
     dims = []
-    for img, lbl in ((paths[0], paths[1]), (paths[2], paths[3])):
-        dims += [_check_idx(img, 3), _check_idx(lbl, 1)]
+    for (img, lbl), (img_src, lbl_src) in zip(((paths[0], paths[1]), (paths[2], paths[3])),
+                                              ((sources[0], sources[1]), (sources[2], sources[3]))):
+        dims += [_check_idx(img_src, 3, img), _check_idx(lbl_src, 1, lbl)]
         if dims[-2][0] != dims[-1][0]:
             raise DatasetError(f"dataset.root: {img} holds {dims[-2][0]} images but {lbl} holds {dims[-1][0]} "
                                "labels; the files do not belong together, replace them")
     tensors = []
     for k in (0, 2):
-        x = _read_idx(paths[k], dims[k])
-        y = _read_idx(paths[k + 1], dims[k + 1]).to(torch.int64)
+        x = _read_idx(sources[k], dims[k])
+        y = _read_idx(sources[k + 1], dims[k + 1]).to(torch.int64)
         train = k == 0
         if cfg.name == "emnist":
             x = x.transpose(1, 2)
@@ -444,9 +450,14 @@ def _torchvision_idx(cfg: DatasetConfig, root: str) -> Any:
     return tvd.EMNIST(root, split=cfg.emnist_split, train=True, download=True)
 
 
-def _read_idx(path: Path, dims: tuple[int, ...]) -> torch.Tensor:
-    """The unsigned bytes of an IDX file checked by :func:`_check_idx`, shaped ``dims``."""
-    data = np.fromfile(path, dtype=np.uint8, offset=4 + 4 * len(dims))
+def _read_idx(source: Path | bytes, dims: tuple[int, ...]) -> torch.Tensor:
+    """The unsigned bytes of an IDX file (a path, or its bytes when decompressed in memory)
+    checked by :func:`_check_idx`, shaped ``dims``."""
+    offset = 4 + 4 * len(dims)
+    if isinstance(source, bytes):
+        data = np.frombuffer(source, dtype=np.uint8, offset=offset).copy()
+    else:
+        data = np.fromfile(source, dtype=np.uint8, offset=offset)
     return torch.from_numpy(data.reshape(dims))
 
 
@@ -454,14 +465,27 @@ def _gz(path: Path) -> Path:
     return path.with_name(path.name + ".gz")
 
 
-def _ensure_plain(path: Path, title: str, root: Path) -> None:
-    """Make sure the uncompressed file exists, decompressing ``<file>.gz`` if needed."""
+def _present(path: Path) -> bool:
+    """Whether the IDX file or its ``.gz`` exists."""
+    return path.is_file() or _gz(path).is_file()
+
+
+def _ensure_plain(path: Path, title: str, root: Path, in_memory: bool) -> Path | bytes:
+    """The uncompressed file: ``path`` itself, ``<file>.gz`` decompressed beside it, or, with
+    ``in_memory`` (a user's flat folder) or when the folder is not writable, the decompressed
+    bytes."""
     if path.is_file():
-        return
+        return path
     gz = _gz(path)
     if not gz.is_file():
-        raise DatasetError(f"dataset.root: {title} not found under {root} (expected {path}[.gz]); "
-                           "put the files there or set dataset.download: true")
+        raise DatasetError(f"dataset.root: {title} not found under {root} (expected {path}[.gz], or the four "
+                           f"files directly in {root}); put the files there or set dataset.download: true")
+    if in_memory or not os.access(path.parent, os.W_OK):
+        try:
+            return gzip.decompress(gz.read_bytes())
+        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            raise DatasetError(f"dataset.root: {gz} is truncated or corrupt ({_one_line(err)}); "
+                               "put a good copy there or set dataset.download: true") from err
     tmp = path.with_name(path.name + ".part")
     try:
         with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
@@ -475,14 +499,19 @@ def _ensure_plain(path: Path, title: str, root: Path) -> None:
         tmp.unlink(missing_ok=True)
         raise DatasetError(f"dataset.root: cannot decompress {gz} into {path} ({_one_line(err)}); "
                            "decompress it yourself or make the folder writable") from err
+    return path
 
 
-def _check_idx(path: Path, ndim: int) -> tuple[int, ...]:
-    """Validate an IDX ubyte file's header against its size; return its dimensions."""
-    size = path.stat().st_size
+def _check_idx(source: Path | bytes, ndim: int, path: Path) -> tuple[int, ...]:
+    """Validate an IDX ubyte file's header against its size (``source``: the file, or its bytes;
+    ``path``: the name errors give); return its dimensions."""
+    size = len(source) if isinstance(source, bytes) else source.stat().st_size
     header_len = 4 + 4 * ndim
-    with open(path, "rb") as f:
-        header = f.read(header_len)
+    if isinstance(source, bytes):
+        header = source[:header_len]
+    else:
+        with open(source, "rb") as f:
+            header = f.read(header_len)
     bad = len(header) < header_len or header[:3] != b"\x00\x00\x08" or header[3] != ndim
     dims = tuple(int.from_bytes(header[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)) if not bad else ()
     expected = header_len + int(np.prod(dims)) if not bad else -1

@@ -50,6 +50,7 @@ from fedclock.scenarios.claims import Claim, ClaimError, ClaimSet, load_claim_se
 from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
+from fedclock.scenarios.runstatus import FINISHED, read_status
 from fedclock.scenarios.schema import Scenario
 
 DONE_FILE = "clients.parquet"
@@ -140,9 +141,13 @@ def jobs_for(settings: Sequence[Setting], out: Path) -> list[Job]:
 
 
 def finished(job: Job) -> bool:
-    """Whether ``job.out_dir`` holds a finished run of exactly this scenario."""
+    """Whether ``job.out_dir`` holds a finished run of exactly this scenario (a run whose
+    ``run.json`` says anything but finished, e.g. one killed mid-way, is not)."""
     resolved = job.out_dir / "scenario.resolved.yaml"
     if not (job.out_dir / DONE_FILE).is_file() or not resolved.is_file():
+        return False
+    status = read_status(job.out_dir)
+    if status is not None and status.status != FINISHED:
         return False
     try:
         earlier = yaml.safe_load(resolved.read_text(encoding="utf-8"))
@@ -215,6 +220,35 @@ def measure_linear(run_dir: Path, claim: Claim) -> float:
     return float(pick["accuracy"].iloc[0])
 
 
+def cka_metric(rows: pd.DataFrame, metric: str) -> float:
+    """A ``cka_*`` metric (:mod:`fedclock.scenarios.claims`) of one run's ``cka.parquet`` rows
+    (client, layer_index, cka, version): CKA averaged over the clients per (version, layer), then
+    ``cka_depth_drop``: first layer minus last layer at the first version; ``cka_rise``: mean over
+    layers of the last version minus the first; ``cka_head_gap``: mean of every layer but the last
+    minus the last layer, at the last version."""
+    table = rows.groupby(["version", "layer_index"])["cka"].mean().unstack("layer_index").sort_index()
+    first, last = table.iloc[0], table.iloc[-1]
+    if metric == "cka_depth_drop":
+        return float(first.iloc[0] - first.iloc[-1])
+    if metric == "cka_rise":
+        return float((last - first).mean())
+    if metric == "cka_head_gap":
+        return float(last.iloc[:-1].mean() - last.iloc[-1])
+    raise ValueError(f"not a CKA metric: {metric!r}")
+
+
+def _cka_rows(run_dir: Path, claim: Claim) -> pd.DataFrame:
+    path = run_dir / "cka.parquet"
+    if not path.is_file():
+        raise ClaimError(f"claim {claim.id}: the run has no cka.parquet (set analysis: cka)")
+    rows = pd.read_parquet(path)
+    needs = 2 if claim.metric == "cka_rise" else 1
+    if rows["version"].nunique() < needs or rows["layer_index"].nunique() < 2:
+        raise ClaimError(f"claim {claim.id}: {claim.metric} needs cka.parquet rows of at least {needs} version(s) "
+                         "and 2 layers (set analysis.at_rounds)")
+    return rows
+
+
 def _metrics(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "metrics.parquet")
 
@@ -224,6 +258,9 @@ def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int) -> Outcome:
     def values(name: str) -> tuple[list[float], int]:
         if claim.metric.startswith("linear_"):
             return [measure_linear(setting.run_dir(out, name, s), claim) for s in range(seeds)], 0
+        if claim.metric.startswith("cka_"):
+            return [cka_metric(_cka_rows(setting.run_dir(out, name, s), claim), claim.metric)
+                    for s in range(seeds)], 0
         got = [measure(_metrics(setting.run_dir(out, name, s)), claim) for s in range(seeds)]
         return [v for v, _ in got], sum(not ok for _, ok in got)
 
@@ -313,7 +350,8 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         "2.8 SE for many seeds). Verdict: *holds* when the interval excludes 0 on the claimed side; *does not hold* "
         "when it excludes 0 on the other side or lies within ± the claim's margin (for an equality claim: holds "
         "when within ± margin, does not hold when it excludes 0 and is not within the margin); otherwise *cannot "
-        "tell at this power*. Accuracies in % points, rounds in server versions, time in virtual seconds.", "",
+        "tell at this power*. Accuracies in % points, rounds in server versions, time in virtual seconds, "
+        "CKA x 100.", "",
         "| claim | paper (source) | metric | A | B | ours A | ours B | A − B [95 % CI] | detectable | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
@@ -360,8 +398,11 @@ def _claimed(c: Claim) -> str:
 
 
 def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
-    """Accuracy against server version of A and B, mean ± std over seeds, written to ``path``."""
+    """Accuracy against server version of A and B, mean ± std over seeds, written to ``path``
+    (for a ``cka_*`` claim: :func:`plot_cka`)."""
     c = o.claim
+    if c.metric.startswith("cka_"):
+        return plot_cka(o, out, seeds, path)
     column = "personal_accuracy_mean" if c.metric.endswith("_personal") else "global_accuracy"
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name in [c.a] + ([c.b] if c.b is not None else []):
@@ -383,3 +424,28 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     plt.close(fig)
     return path
 
+
+
+def plot_cka(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
+    """CKA against layer (clients averaged), one line per run and measured version, mean ± std
+    over seeds (FedReCo Fig. 2's panels), written to ``path``."""
+    c = o.claim
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name in [c.a] + ([c.b] if c.b is not None else []):
+        tables = [pd.read_parquet(o.setting.run_dir(out, name, s) / "cka.parquet")
+                  .groupby(["version", "layer_index"])["cka"].mean().unstack("layer_index") for s in range(seeds)]
+        for version in tables[0].index:
+            curves = np.array([t.loc[version].to_numpy(dtype=float) for t in tables])
+            mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1)
+            layers = np.arange(1, curves.shape[1] + 1)
+            ax.plot(layers, mean, marker="o", label=f"{name}, after version {version} (n={seeds})")
+            ax.fill_between(layers, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("layer (input to classifier)")
+    ax.set_ylabel("CKA, local vs global model")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"{c.id}: {c.source}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -303,3 +303,31 @@ def test_cifar_missing_and_truncated(tmp_path: Path) -> None:
     (base / "test").write_bytes((base / "test").read_bytes()[:200])
     with pytest.raises(DatasetError, match="cifar-100-python/test is truncated or corrupt"):
         load_dataset(_cfg("cifar100", tmp_path), seed=0, num_clients=1)
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_fashion_mnist_flat_folder_of_published_files(tmp_path: Path, compress: bool) -> None:
+    """The four IDX files lying directly in dataset.root (as published, gz or not) load like the
+    torchvision layout, and the folder is not written to (a shared copy may be read-only)."""
+    rng = np.random.default_rng(3)
+    arrays = [_fake_images(rng, 9), rng.integers(0, 10, 9), _fake_images(rng, 5), rng.integers(0, 10, 5)]
+    for name, arr in zip(MNIST_NAMES, arrays):
+        _write_idx(tmp_path / name, arr, compress=compress)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    ds = load_dataset(_cfg("fashion_mnist", tmp_path), seed=0, num_clients=1)
+    assert ds.x_train.shape == (9, 1, 28, 28) and ds.x_test.shape == (5, 1, 28, 28)
+    assert np.array_equal(ds.y_train.numpy(), arrays[1]) and np.array_equal(ds.y_test.numpy(), arrays[3])
+    raw0 = torch.from_numpy(arrays[0][0].astype(np.float32))
+    assert float(torch.corrcoef(torch.stack([raw0.flatten(), ds.x_train[0, 0].flatten()]))[0, 1]) > 0.999
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_flat_folder_truncated_gz_is_named(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    for name, arr in zip(MNIST_NAMES, [_fake_images(rng, 4), rng.integers(0, 10, 4), _fake_images(rng, 2),
+                                       rng.integers(0, 10, 2)]):
+        _write_idx(tmp_path / name, arr)
+    gz = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    gz.write_bytes(gzip.compress(gzip.decompress(gz.read_bytes())[:-1]))
+    with pytest.raises(DatasetError, match=r"t10k-labels-idx1-ubyte is truncated or corrupt \(expected 10 bytes"):
+        load_dataset(_cfg("fashion_mnist", tmp_path), seed=0, num_clients=1)

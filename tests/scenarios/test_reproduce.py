@@ -10,7 +10,7 @@ import yaml
 from fedclock.scenarios.claim_stats import HOLDS
 from fedclock.scenarios.claims import Claim, ClaimError, load_claim_set, shipped_families
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.reproduce import measure, measure_linear
+from fedclock.scenarios.reproduce import cka_metric, measure, measure_linear
 
 SCENARIO = {
     "name": "tiny", "seed": 0,
@@ -85,6 +85,11 @@ def test_changed_settings_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[st
     path.write_text(yaml.safe_dump(_claims(stop_rounds=2)), encoding="utf-8")
     assert main(["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("  ran ") == 4
+    # a run killed mid-way (its run.json still says running) is run again, the others reused
+    killed = max(out.glob("*/trained/seed_1/run.json"), key=lambda p: p.stat().st_mtime)  # this setting's
+    killed.write_text(killed.read_text(encoding="utf-8").replace('"finished"', '"running"'), encoding="utf-8")
+    assert main(["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("  ran ") == 1
 
 
 @pytest.mark.parametrize("change, field", [
@@ -135,6 +140,19 @@ def test_linear_metrics_read_the_average_rows(tmp_path: Path) -> None:
     assert measure_linear(tmp_path, _claim("linear_personalization")) == 0.9
     with pytest.raises(ClaimError, match="no linear_eval.parquet"):
         measure_linear(tmp_path / "missing", _claim("linear_personalization"))
+
+
+def test_cka_metrics_by_hand() -> None:
+    """Two clients, three layers, versions 0 and 9. Client means per layer: version 0
+    (0.9, 0.6, 0.3), version 9 (1.0, 0.9, 0.5). depth drop at 0: 0.9 - 0.3 = 0.6; rise: mean of
+    (0.1, 0.3, 0.2) = 0.2; head gap at 9: mean(1.0, 0.9) - 0.5 = 0.45."""
+    v0 = {0: (0.8, 1.0), 1: (0.5, 0.7), 2: (0.2, 0.4)}
+    v9 = {0: (1.0, 1.0), 1: (0.8, 1.0), 2: (0.5, 0.5)}
+    rows = pd.DataFrame([{"client": c, "layer_index": layer, "cka": values[c], "version": version}
+                         for version, table in ((9, v9), (0, v0)) for layer, values in table.items() for c in (0, 1)])
+    assert cka_metric(rows, "cka_depth_drop") == pytest.approx(0.6)
+    assert cka_metric(rows, "cka_rise") == pytest.approx(0.2)
+    assert cka_metric(rows, "cka_head_gap") == pytest.approx(0.45)
 
 
 def test_shipped_claim_sets_load() -> None:
