@@ -1,0 +1,111 @@
+"""FedStyle's two components against their ablations, on paired seeds ("More Generalized and
+Personalized Unsupervised Representation Learning in a Distributed System", Sec. "Local style
+infusion" and "Personalizing with stylized content feature", Ablation studies).
+
+Setting: scikit-learn digits in four generated styles at 8x8 (one client per style, 64 images
+each, 40 test images per style), the MLP encoder (64 hidden), SimCLR, batch 32, one style
+extraction epoch, :data:`ROUNDS` rounds of 2 local steps, then the final linear evaluation
+(:mod:`fedclock.scenarios.linear_eval`, 10 probe epochs) with the style controls. Seed ``s``
+draws the split, the initial model, the style models and every batch; the arms compared at
+one seed share all of them (paired; lambda = 0 still computes the infused term, so its draws
+are the same, :class:`~fedclock.algorithms.fedstyle.FedStyle`).
+
+* **Style infusion** (lambda = 0.5 against lambda = 0): cross-style transfer of the global
+  content encoder (each style's generalization classifier tested on the other styles) —
+  the probe the paper's "Analysis of style-infused representation" argues for, far from
+  ceiling here (about 0.3-0.5, where the within-style probes sit near 0.8-0.9).
+* **Own style in the personalized feature** (Eq. 4): the personalization probe with the
+  client's own style against zeros in place of the style (same run, same classifier seed).
+
+Neither advantage appears at this scale: measured on seeds 3-8 (not the seeds tested), by
+``python -m tests.algorithms.test_fedstyle_learning``, the numbers in the xfail reasons below.
+Each test asserts the paper's direction with a margin and is ``xfail(strict=True)``: it fails
+now, and strict xfail turns a future pass (an advantage that appears) into a failure to look
+at. With a component switched off (the same arm on both sides) the paired difference is 0 and
+the assertion fails as well. ``docs/reproductions/fedstyle.md`` reports the same comparison
+at the quick setting (``fedclock reproduce fedstyle``).
+
+Cost: about 8 s on one quiet core (6 short federated runs and their linear evaluations),
+over the 5 s guideline because a paired comparison needs 3 seeds x 2 arms.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from functools import lru_cache
+
+import pytest
+import torch
+
+from fedclock.algorithms.base import Arrival
+from fedclock.algorithms.fedstyle import FedStyle, FedStyleParams
+from fedclock.algorithms.models import ModelFactory
+from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.linear_eval import linear_evaluation
+from fedclock.scenarios.schema import DatasetConfig, LinearEvalConfig
+
+ROUNDS, CLIENTS = 3, 4
+TEST_SEEDS = (0, 1, 2)
+MEASURE_SEEDS = tuple(range(3, 9))
+MARGIN = 0.005
+"""The advantage asserted (accuracy points / 100): small, since neither test passes at 0."""
+EVAL = LinearEvalConfig(epochs=10, lr=0.05, batch_size=64, style_controls=True)
+
+
+@lru_cache(maxsize=None)
+def averages(style_weight: float, seed: int) -> dict[str, float]:
+    """The ``average`` rows of the final linear evaluation of one FedStyle run (module docstring)."""
+    fed = build_federation(DatasetConfig(name="digit_styles", image_size=8, client_test_fraction=0,
+                                         domains={"samples_per_domain": 64, "test_samples_per_domain": 40}),
+                           CLIENTS, seed)
+    alg = FedStyle(FedStyleParams(objective="simclr", lr=0.1, batch_size=32, local_steps=2, style_epochs=1,
+                                  style_weight=style_weight),
+                   ModelFactory("mlp", (1, 8, 8), 10, hidden=(64,)))
+    state = alg.init_server(torch.Generator().manual_seed(seed))
+    states: dict[int, dict[str, torch.Tensor] | None] = {c: None for c in range(CLIENTS)}
+    for r in range(ROUNDS):
+        arrivals = []
+        for c in range(CLIENTS):
+            result = alg.client_update(alg.payload_for(state, c), states[c], fed.client_data(c),
+                                       torch.Generator().manual_seed(seed * 1000 + r * CLIENTS + c))
+            states[c] = result.state
+            arrivals.append(Arrival(c, result.upload, result.num_samples, state.version, 0))
+        state, _ = alg.receive(state, arrivals, torch.Generator().manual_seed(seed))
+    rows = linear_evaluation(alg, state, states, fed, EVAL, seed)  # type: ignore[arg-type]
+    return {r["kind"]: float(r["accuracy"]) for r in rows if r["domain"] == "average"}
+
+
+def infusion_gain(seed: int) -> float:
+    """Transfer accuracy with style infusion (lambda 0.5) minus without (lambda 0)."""
+    return averages(0.5, seed)["transfer"] - averages(0.0, seed)["transfer"]
+
+
+def own_style_gain(seed: int) -> float:
+    """Personalization with the client's own style minus with zeros in its place (lambda 0.5)."""
+    run = averages(0.5, seed)
+    return run["personalization"] - run["personalization_zero"]
+
+
+@pytest.mark.xfail(strict=True, reason="style infusion does not improve cross-style transfer at this scale: "
+                   "transfer gain (lambda 0.5 - lambda 0) on seeds 3-8: see MEASURED_INFUSION")
+def test_style_infusion_improves_cross_style_transfer() -> None:
+    gains = [infusion_gain(s) for s in TEST_SEEDS]
+    assert statistics.mean(gains) > MARGIN, gains
+
+
+@pytest.mark.xfail(strict=True, reason="the client's own style does not improve personalization over zeros at "
+                   "this scale: own - zero on seeds 3-8: see MEASURED_OWN_STYLE")
+def test_own_style_improves_personalization() -> None:
+    gains = [own_style_gain(s) for s in TEST_SEEDS]
+    assert statistics.mean(gains) > MARGIN, gains
+
+
+if __name__ == "__main__":  # regenerate the measured numbers of the module docstring
+    torch.set_num_threads(1)
+    for name, fn in (("infusion (transfer)", infusion_gain), ("own style (personalization)", own_style_gain)):
+        values = [fn(s) for s in MEASURE_SEEDS]
+        sys.stdout.write(f"{name}: " + " ".join(f"{v:+.3f}" for v in values)
+                         + f"  mean {statistics.mean(values):+.4f}\n")
+    for s in MEASURE_SEEDS:
+        off = averages(0.0, s)["transfer"]
+        sys.stdout.write(f"seed {s}: lambda 0.5 {averages(0.5, s)}; lambda 0 transfer {off:.3f}\n")
