@@ -38,6 +38,8 @@ class Checkpoint:
     evaluations: list[dict[str, float]] = field(default_factory=list)
     applied: list[dict[str, float]] = field(default_factory=list)
     """Training metrics of the tasks of the checkpointed ``apply`` (recorded after it)."""
+    applied_steps: list[int | None] = field(default_factory=list)
+    """The local steps each of those tasks reported."""
     losses: list[float | None] | None = None
     """With a selector that reads reported losses: the ``train_loss`` of every task applied
     so far, in the order applied (None: not logged)."""

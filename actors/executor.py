@@ -12,25 +12,12 @@ from typing import Any
 import torch
 
 from fedclock.actors.federation import Federation
+from fedclock.actors.task_io import TaskInputs, TaskReport
 from fedclock.actors.wire import map_tensors
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, EvalResult, ServerState, Tensors
 from fedclock.algorithms.vectorized import client_updates
 from fedclock.algorithms.vectorized_eval import evaluate_clients, evaluates_vectorized
 from fedclock.scheduling.rng import Stream, torch_rng
-
-STATE_KEPT = "state_kept"
-"""Metrics key set by :meth:`ClientExecutor.train`: 1.0 when the task returned a client state
-to keep, 0.0 when it returned None (stateless algorithms), so the runtime can drop its
-reference without fetching the state. The runtime removes the key before recording metrics."""
-
-
-TRAIN_ARGS = 5
-"""Arguments of one task in :meth:`ClientExecutor.train` (and per task in ``train_many``):
-client, task index, payload, client state, steps."""
-
-RESULTS_PER_TASK = 3
-"""Results of one task: upload, client state, metrics."""
-
 
 def _owned(tensor: torch.Tensor) -> torch.Tensor:
     larger = tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size()
@@ -71,60 +58,52 @@ class ClientExecutor:
         assert self.federation is not None, "executor used before setup()"
         return self.federation.client_data(client, device=self.device)
 
-    def train(self, client: int, client_task: int, payload: Tensors, client_state: Tensors | None,
-              steps: int | None = None) -> tuple[Tensors, Tensors | None, dict[str, float]]:
-        """One task: local work from the payload, seeded by (seed, client, task index).
-        ``steps`` is the number of local steps the clock assigned (None: the full count).
-        The returned metrics always hold ``"steps"``, the steps the client reports it ran, and
-        :data:`STATE_KEPT`; upload and state come back compact (see :func:`compact`)."""
+    def train(self, inputs: TaskInputs) -> tuple[Tensors, Tensors | None, TaskReport]:
+        """One task: local work from the payload, seeded by (seed, client, task index), for the
+        steps the clock assigned (None: the full count). Upload and state come back compact
+        (see :func:`compact`)."""
         assert self.algorithm is not None, "executor used before setup()"
-        rng = torch_rng(self.seed, Stream.TASK, client, client_task)
-        data = self._task_data(client, steps)
-        result = self.algorithm.client_update(payload, client_state, data, rng)
+        rng = torch_rng(self.seed, Stream.TASK, inputs.client, inputs.client_task)
+        data = self._task_data(inputs.client, inputs.steps)
+        result = self.algorithm.client_update(inputs.payload, inputs.state, data, rng)
         return compact(result.upload), compact(result.state), self._reported(result, data)
 
-    def train_many(self, *inputs: Any) -> tuple[object, ...]:
-        """K tasks trained at once (vectorized clients, :mod:`fedclock.algorithms.vectorized`).
-        ``inputs`` are K consecutive groups of :meth:`train`'s five arguments (flat, so that
-        Ray resolves the object references among them); returns the K results flat, as
-        ``upload_1, state_1, metrics_1, upload_2, ...``, equal to :meth:`train`'s within
-        float rounding; uploads and states come back compact (see :func:`compact`)."""
+    def train_many(self, *tasks: TaskInputs) -> tuple[object, ...]:
+        """K tasks trained at once (vectorized clients, :mod:`fedclock.algorithms.vectorized`);
+        returns the K results flat, as ``upload_1, state_1, report_1, upload_2, ...`` (so that
+        each is its own handle on Ray), equal to :meth:`train`'s within float rounding;
+        uploads and states come back compact (see :func:`compact`)."""
         assert self.algorithm is not None, "executor used before setup()"
-        if len(inputs) % TRAIN_ARGS:
-            raise ValueError(f"train_many: expected groups of {TRAIN_ARGS} arguments, got {len(inputs)}")
-        clients, task_indices, payloads, states, steps = (inputs[i::TRAIN_ARGS] for i in range(TRAIN_ARGS))
-        datas = [self._task_data(int(c), s) for c, s in zip(clients, steps)]
-        rngs = [torch_rng(self.seed, Stream.TASK, int(c), int(k))
-                for c, k in zip(clients, task_indices)]
-        results = client_updates(self.algorithm, list(payloads), list(states), datas, rngs)
+        datas = [self._task_data(int(t.client), t.steps) for t in tasks]
+        rngs = [torch_rng(self.seed, Stream.TASK, int(t.client), int(t.client_task)) for t in tasks]
+        results = client_updates(self.algorithm, [t.payload for t in tasks], [t.state for t in tasks], datas, rngs)
         out: list[object] = []
         for result, data in zip(results, datas):
             out += [compact(result.upload), compact(result.state), self._reported(result, data)]
         return tuple(out)
 
-    def train_each(self, *inputs: Any) -> tuple[object, ...]:
+    def train_each(self, *tasks: TaskInputs) -> tuple[object, ...]:
         """K tasks run one after the other, each exactly as :meth:`train` runs it (one call
-        for several tasks: ``runtime.tasks_per_call``). ``inputs`` and the results are flat
-        as in :meth:`train_many`."""
-        if len(inputs) % TRAIN_ARGS:
-            raise ValueError(f"train_each: expected groups of {TRAIN_ARGS} arguments, got {len(inputs)}")
+        for several tasks: ``runtime.tasks_per_call``); the results are flat as in
+        :meth:`train_many`."""
         out: list[object] = []
-        for k in range(0, len(inputs), TRAIN_ARGS):
-            out += self.train(*inputs[k:k + TRAIN_ARGS])
+        for task in tasks:
+            out += self.train(task)
         return tuple(out)
 
     def _task_data(self, client: int, steps: int | None) -> ClientData:
         data = self._data(client)
         return data if steps is None else dataclasses.replace(data, steps=steps)
 
-    def _reported(self, result: ClientResult, data: ClientData) -> dict[str, float]:
-        """The result's metrics with ``"steps"``, the steps the client reports it ran."""
+    def _reported(self, result: ClientResult, data: ClientData) -> TaskReport:
+        """The result's metrics, the steps the client reports it ran (``result.steps``, else
+        the algorithm's ``metrics["steps"]``, else its full count) and whether it left a state."""
         assert self.algorithm is not None
         metrics = dict(result.metrics)
         done = result.steps if result.steps is not None else metrics.get("steps")
-        metrics["steps"] = float(self.algorithm.task_steps(data) if done is None else done)
-        metrics[STATE_KEPT] = float(result.state is not None)
-        return metrics
+        metrics.pop("steps", None)
+        steps = int(float(self.algorithm.task_steps(data) if done is None else done))
+        return TaskReport(metrics, steps, result.state is not None)
 
     def evaluate_global(self, state: ServerState, start: int, stop: int, batch_size: int) -> EvalResult:
         """The global model (per the algorithm) on samples ``start:stop`` of the global test set."""

@@ -24,7 +24,9 @@ import ipaddress
 import os
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
+
+from fedclock.actors.runtime_config import RuntimeConfig
 
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch between a cluster-ready node address ("1") and loopback ("0")."""
@@ -91,3 +93,26 @@ def _loopback_node() -> Iterator[None]:
         constants = sys.modules.get("ray._private.ray_constants")
         if constants is not None:  # the value Ray reads from the environment as it is again
             constants.ENABLE_RAY_CLUSTER = constants.env_bool(LOCAL_ONLY_VARIABLE, not constants.IS_WINDOWS_OR_OSX)
+
+
+def default_num_actors(cfg: RuntimeConfig, num_clients: int, cpus: float) -> int:
+    """Dedicated: one per client; otherwise as many as the CPUs fit (at least one)."""
+    if cfg.placement == "dedicated":
+        return num_clients
+    if cfg.num_actors is not None:
+        return min(cfg.num_actors, num_clients)
+    return max(1, min(num_clients, int(cpus // cfg.num_cpus)))
+
+
+def uploaded_py_modules(paths: Sequence[str]) -> list[str]:
+    """``paths`` uploaded to the cluster's package store, as the URIs an actor's
+    ``runtime_env`` accepts. Ray takes local paths only in ``ray.init``'s job-level
+    ``runtime_env``, which cannot be set once Ray runs (a notebook's, the test session's, or a
+    runtime reused across scenario files); this runs the uploader ``ray.init`` itself uses for
+    that (a private Ray function: there is no public one)."""
+    import ray
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    scratch = ray._private.worker.global_worker.node.get_runtime_env_dir_path()
+    return list(upload_py_modules_if_needed({"py_modules": list(paths)}, include_gitignore=True,
+                                            scratch_dir=scratch)["py_modules"])

@@ -1,6 +1,6 @@
 """Checkpoints and resumption by deterministic replay.
 
-:class:`CheckpointingBackend` sits between the clock and a :class:`~fedclock.actors.runtime.Session`.
+:class:`CheckpointingBackend` sits between the clock and a :class:`~fedclock.actors.session.Session`.
 It keeps the tasks the session is computing (started, not yet applied or released) and a log
 of what the clock got back (the version of every ``apply``, the metrics of every
 ``evaluate``). Right after an ``apply`` that brings the server to a new version that is a
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from fedclock.actors.runtime import Session
 from fedclock.actors.checkpoint import Checkpoint, CheckpointError, RunningTask
-from fedclock.scheduling.clock import Task
+from fedclock.actors.session import Session
+from fedclock.scheduling.task import Applied, Reported, Task
 
 
 class CheckpointingBackend:
@@ -59,33 +59,34 @@ class CheckpointingBackend:
         if not self.replaying:
             self.session.start(task)
 
-    def apply(self, tasks: Sequence[Task]) -> int:
+    def apply(self, tasks: Sequence[Task]) -> Applied:
         if self.replaying:
             assert self._resume is not None
             version = self._resume.applies[len(self.applies)]
             for t in tasks:
                 self.running.pop(t.index, None)
+            reports = [Reported({}, None) for _ in tasks]
             if self.losses is not None:
                 logged = self._resume.losses or []
-                for t in tasks:
+                for k in range(len(tasks)):
                     loss = logged[len(self.losses)] if len(self.losses) < len(logged) else None
                     self.losses.append(loss)
-                    t.metrics = {} if loss is None else {"train_loss": loss}
+                    reports[k] = Reported({} if loss is None else {"train_loss": loss}, None)
             self._log(version)
             if len(self.applies) == len(self._resume.applies):
-                self._switch(self._resume, tasks)
-            return version
-        version = self.session.apply(tasks)
+                reports = self._switch(self._resume, tasks)
+            return Applied(version, reports)
+        applied = self.session.apply(tasks)
         for t in tasks:
             self.running.pop(t.index, None)
         if self.losses is not None:
-            self.losses.extend(_loss(t.metrics) for t in tasks)
+            self.losses.extend(_loss(r.metrics) for r in applied.reports)
         before = self.version
-        self._log(version)
-        if self.every is not None and self._save is not None and version != before and version % self.every == 0:
-            self._save(self.snapshot(tasks))
-            self.written.append(version)
-        return version
+        self._log(applied)
+        if self.every is not None and self._save is not None and applied != before and applied % self.every == 0:
+            self._save(self.snapshot(applied.reports))
+            self.written.append(int(applied))
+        return applied
 
     def release(self, task: Task, keep_state: bool) -> None:
         self.running.pop(task.index, None)
@@ -118,8 +119,9 @@ class CheckpointingBackend:
         self.applies.append(int(version))
         self.version = int(version)
 
-    def snapshot(self, applied: Sequence[Task]) -> Checkpoint:
-        """The run's state now, right after the ``apply`` of ``applied``, fetched from the actors."""
+    def snapshot(self, applied: Sequence[Reported]) -> Checkpoint:
+        """The run's state now, right after an ``apply`` whose tasks reported ``applied``,
+        fetched from the actors."""
         s = self.session
         server, receives = s.server_snapshot()
         s.settle_all()  # deferred tasks' states are part of the checkpoint
@@ -141,19 +143,21 @@ class CheckpointingBackend:
             tasks=[RunningTask(t.index, t.client, distinct[id(p)], st)
                    for t, (p, _), st in zip(tasks, inputs, task_states)],
             rows=self._rows(), applies=list(self.applies), evaluations=[dict(m) for m in self.evaluations],
-            applied=[{k: float(v) for k, v in t.metrics.items()} for t in applied],
+            applied=[{k: float(v) for k, v in r.metrics.items()} for r in applied],
+            applied_steps=[r.steps for r in applied],
             losses=None if self.losses is None else list(self.losses))
 
-    def _switch(self, ckpt: Checkpoint, applied: Sequence[Task]) -> None:
-        """The replay reached the checkpoint: restore the actors and restart its running tasks."""
+    def _switch(self, ckpt: Checkpoint, applied: Sequence[Task]) -> list[Reported]:
+        """The replay reached the checkpoint: restore the actors and restart its running tasks;
+        returns what the tasks of the checkpointed ``apply`` reported."""
         saved = {t.index: t for t in ckpt.tasks}
         if set(saved) != set(self.running) or any(self.running[i].client != t.client for i, t in saved.items()) \
                 or self.version != ckpt.version or len(applied) != len(ckpt.applied):
             raise CheckpointError(f"replay diverged: at the checkpoint of version {ckpt.version} the replayed run has "
                                   f"version {self.version} and running tasks {sorted(self.running)}, the checkpoint "
                                   f"{sorted(saved)}")
-        for t, metrics in zip(applied, ckpt.applied):
-            t.metrics = dict(metrics)
+        steps = ckpt.applied_steps or [None] * len(applied)
+        reports = [Reported(dict(metrics), done) for metrics, done in zip(ckpt.applied, steps)]
         s = self.session
         s.restore(ckpt.server, ckpt.receives, ckpt.clients)
         payloads = [s.t.put(p) for p in ckpt.payloads]
@@ -163,6 +167,7 @@ class CheckpointingBackend:
         self.replaying = False
         if self._on_switch is not None:
             self._on_switch(ckpt)
+        return reports
 
 
 def _loss(metrics: dict[str, float]) -> float | None:

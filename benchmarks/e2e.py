@@ -192,10 +192,10 @@ def plain_main(work: dict, root: Path) -> None:
 
 def fedclock_main(scenario: Path, out: Path) -> None:
     """``fedclock run FILE`` in this process, noting when the first task was dispatched."""
-    from fedclock.actors import runtime
+    from fedclock.actors import session
     from fedclock.scenarios.cli import main
 
-    start = runtime.Session.start
+    start = session.Session.start
     mark = os.environ["E2E_FIRST_TASK_FILE"]
 
     def first_start(self, task):
@@ -203,7 +203,7 @@ def fedclock_main(scenario: Path, out: Path) -> None:
             Path(mark).write_text(repr(time.time()))
         return start(self, task)
 
-    runtime.Session.start = first_start  # type: ignore[method-assign]
+    session.Session.start = first_start  # type: ignore[method-assign]
     sys.exit(main(["run", str(scenario), "--out", str(out), "--quiet"]))
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fedclock.actors.executor import ClientExecutor
+from fedclock.actors.task_io import TaskInputs
 from fedclock.algorithms.base import Tensors
 
 BATCH = 48
@@ -40,7 +41,7 @@ class TimedExecutor(ClientExecutor):
         (``time.time``: one clock for every process on the machine)."""
         start = time.time()
         for k in range(tasks):
-            self.train(client, k, payload, None)
+            self.train(TaskInputs(client, k, payload, None, None))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return start, time.time()

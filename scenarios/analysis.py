@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -110,17 +110,19 @@ def run_analysis(scenario: Scenario, algorithm: Algorithm, federation: Federatio
 
 
 class CKAAtRounds:
-    """``analysis.at_rounds``: called after each computed evaluation (virtual time, version,
-    round), it measures CKA once for each chosen version the server has reached and not yet
-    been measured at, and rewrites ``cka.parquet``. ``resume_version``: the run goes on from
-    a checkpoint of that version; rows measured before it are kept from the file."""
+    """``analysis.at_rounds``: called by the session at the end of each evaluation it computes
+    (not one replayed from a checkpoint's log), it measures CKA once for each chosen version
+    the server has reached and not yet been measured at, and rewrites ``cka.parquet``; the
+    rows' round is ``round_now()`` (the clock's). ``resume_version``: the run goes on from a
+    checkpoint of that version; rows measured before it are kept from the file."""
 
     def __init__(self, scenario: Scenario, algorithm: Algorithm, federation: Federation, session: Any,
-                 out_dir: Path, resume_version: int | None = None) -> None:
+                 out_dir: Path, round_now: Callable[[], int], resume_version: int | None = None) -> None:
         assert scenario.analysis is not None and scenario.analysis.at_rounds is not None
         self.cfg = scenario.analysis
         self.seed = scenario.seed
         self.algorithm, self.federation, self.session, self.out_dir = algorithm, federation, session, out_dir
+        self.round_now = round_now
         self.rows: list[dict[str, Any]] = []
         path = out_dir / CKA_FILE
         if resume_version is not None and path.is_file():
@@ -129,7 +131,8 @@ class CKAAtRounds:
         self.pending = sorted(v for v in set(scenario.analysis.at_rounds) if v > measured)
         write_cka(self.rows, out_dir)
 
-    def __call__(self, now: float, version: int, round_index: int) -> None:
+    def __call__(self) -> None:
+        version, round_index = self.session.version, self.round_now()
         due = [v for v in self.pending if v <= version]
         if not due:
             return

@@ -102,7 +102,7 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str,
         "payloads": len(ckpt.payloads),
         "tasks": [[t.index, t.client, t.payload, t.state is not None] for t in ckpt.tasks],
         "rows": ckpt.rows, "applies": ckpt.applies, "evaluations": ckpt.evaluations,
-        "applied": ckpt.applied, "wall_time": ckpt.wall_time, "run_id": run_id,
+        "applied": ckpt.applied, "applied_steps": ckpt.applied_steps, "wall_time": ckpt.wall_time, "run_id": run_id,
     }
     if ckpt.losses is not None:  # a selector reads reported losses (fedclock.scheduling.selection)
         meta["losses"] = ckpt.losses
@@ -215,6 +215,9 @@ def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Ch
                               f"scenario.resolved.yaml (was the file edited?)")
     tensors = load_tensors(folder / "tensors.pt")
     try:
+        applied = [{str(k): float(v) for k, v in m.items()} for m in meta["applied"]]
+        # before applied_steps, the reported steps were the metrics' "steps"
+        steps = meta["applied_steps"] if "applied_steps" in meta else [m.pop("steps", None) for m in applied]
         return Checkpoint(
             version=int(meta["version"]),
             server=ServerState(tensors=_group(tensors, "server"), version=int(meta["version"]),
@@ -227,7 +230,7 @@ def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Ch
             rows={str(k): int(v) for k, v in meta["rows"].items()},
             applies=[int(v) for v in meta["applies"]],
             evaluations=[{str(k): float(v) for k, v in m.items()} for m in meta["evaluations"]],
-            applied=[{str(k): float(v) for k, v in m.items()} for m in meta["applied"]],
+            applied=applied, applied_steps=[None if v is None else int(v) for v in steps],
             wall_time=float(meta["wall_time"]),
             losses=None if meta.get("losses") is None else [None if v is None else float(v) for v in meta["losses"]])
     except (KeyError, TypeError, ValueError) as exc:

@@ -32,7 +32,8 @@ import pyarrow.parquet as pq
 from filelock import FileLock
 
 
-from fedclock.actors.runtime import ActorLost, ResourceError
+from fedclock.actors.calls import ActorLost
+from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.models import MODEL_SUMMARIES
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.api import execute, resolve_path, run_out_dir, scenario_dir, shipped_scenarios

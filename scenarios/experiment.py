@@ -12,8 +12,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from fedclock.actors.calls import ServerLost
 from fedclock.actors.replay import CheckpointingBackend
-from fedclock.actors.runtime import Runtime, ServerLost, Session
+from fedclock.actors.runtime import Runtime
+from fedclock.actors.session import Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
@@ -273,13 +275,13 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
-    writer.client_results = lambda: session.client_results
+    session.clients_evaluated = writer.clients_evaluated
     writer.participation = Participation(federation.client_sizes())
     selector = build_selector(scenario.selection, seed)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
-        writer.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
-                                              None if checkpoint is None else checkpoint.version)
+        session.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
+                                               lambda: clock.round, None if checkpoint is None else checkpoint.version)
     task_cost = counted_cost(algorithm, federation.x.dtype)
     costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
     feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)

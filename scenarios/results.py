@@ -252,12 +252,9 @@ class ResultsWriter:
                                if scenario.evaluation.per_client else None)
         self.participation: Participation | None = None
         """Participation counts (:mod:`fedclock.scenarios.participation`), once the run sets them."""
-        self.client_results: Callable[[], Sequence[Any]] | None = None
-        """With ``evaluation.per_client``: each client's result of the evaluation just made (an
-        :class:`~fedclock.algorithms.base.EvalResult` per client, in client order)."""
-        self.after_evaluation: Callable[[float, int, int], None] | None = None
-        """Called with (virtual time, version, round) after each evaluation that is computed
-        (not one replayed from a checkpoint's log), e.g. an analysis at chosen versions."""
+        self._client_results: Sequence[Any] = ()
+        """Each client's result of the evaluation just made, as the backend handed it
+        (:meth:`clients_evaluated`)."""
         self.flush_every_s = flush_every_s
         self.on_progress = on_progress
         self.totals = RunTotals()
@@ -290,7 +287,7 @@ class ResultsWriter:
             "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED, TIMED_OUT) else 0,
             "download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s, "comm_s": t.comm_s,
             "num_samples": task.num_samples, "train_loss": task.metrics.get("train_loss"), "status": task.status,
-            "steps": int(task.metrics["steps"]) if "steps" in task.metrics else task.steps,
+            "steps": task.steps_reported if task.steps_reported is not None else task.steps,
             "steps_full": task.steps_full,
         })
         if self.participation is not None:
@@ -313,6 +310,12 @@ class ResultsWriter:
             totals.bytes_total += task.bytes_down
         # written at the clock's next progress report: a sync round's hundreds of task ends are one part file
 
+    def clients_evaluated(self, results: Sequence[Any]) -> None:
+        """The backend hands each client's personalized result (an
+        :class:`~fedclock.algorithms.base.EvalResult` per client, in client order) of the
+        evaluation it is computing; :meth:`evaluated` records them (``evaluation.per_client``)."""
+        self._client_results = list(results)
+
     def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None:
         row = {"virtual_time": now, "wall_time": self.wall_time, "version": version, "round": round_index, **metrics,
                "tasks_applied": self.totals.applied, "tasks_dropped": self.totals.dropped,
@@ -320,13 +323,11 @@ class ResultsWriter:
                **(self.participation.row() if self.participation is not None else {})}
         self.metrics.append(row)
         if not self.muted:  # a resumed run's replay computes nothing; its rows come back from disk
-            if self.client_metrics is not None and self.client_results is not None:
-                for client, result in enumerate(self.client_results()):
+            if self.client_metrics is not None:
+                for client, result in enumerate(self._client_results):
                     self.client_metrics.append({"client": client, "version": version, "round": round_index,
                                                 "virtual_time": now, "accuracy": result.accuracy,
                                                 "loss": result.loss, "num_test": result.count})
-            if self.after_evaluation is not None:
-                self.after_evaluation(now, version, round_index)
         self.last_accuracy = metrics.get("global_accuracy")
         self.last_metrics = dict(metrics)
         self.last_round = round_index

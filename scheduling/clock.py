@@ -43,13 +43,14 @@ from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.selection import (ClientHistory, Disclosed, SelectionView, Selector, checked_choice,
                                            overcommitted)
-from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Task,
-                                      TaskCosts)
+from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Applied, Reported,
+                                      Task, TaskCosts)
 
 NEVER = Never()
 """The availability of an infeasible client."""
 
-__all__ = ["APPLIED", "CANCELLED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Backend", "Clock", "Recorder",
+__all__ = ["APPLIED", "CANCELLED", "DROPPED", "LOST", "TIMED_OUT", "UNFINISHED", "Applied", "Backend", "Clock",
+           "Recorder", "Reported",
            "Script", "Task", "TaskCosts"]
 
 
@@ -61,7 +62,9 @@ class Backend(Protocol):
         now or whenever the client state it leaves is first needed."""
 
     def apply(self, tasks: Sequence[Task]) -> int:
-        """Hand these arrivals (with ``staleness`` set) to the server; return the server version."""
+        """Hand these arrivals (with ``staleness`` set) to the server; return the server
+        version, as an :class:`Applied` to report what each task's client reported (the
+        clock records it on the tasks)."""
 
     def release(self, task: Task, keep_state: bool) -> None:
         """Forget a task whose upload is not used; keep the client's new state if it finished."""
@@ -169,6 +172,8 @@ class Clock:
         self.selector = selector
         """Who trains (``selection:``); None: the uniform draws above (:mod:`fedclock.scheduling.selection`)."""
         self.history = ClientHistory(len(devices)) if selector is not None else None
+        self._sizes: np.ndarray | None = None
+        self._request: Disclosed | None = None
         """What the server observed of each client (kept only for a selector)."""
         self.disclose = frozenset(disclose)
         self.cohort_quota: int | None = None
@@ -284,14 +289,31 @@ class Clock:
     def selection_view(self, round_index: int) -> SelectionView:
         """What the selector may see now (:class:`~fedclock.scheduling.selection.SelectionView`)."""
         assert self.history is not None
-        sizes = np.asarray(self._client_size, dtype=np.int64) if "data_size" in self.disclose else None
+        sizes = self._size_array() if "data_size" in self.disclose else None
         deadline = getattr(self.mode, "deadline_s", None)
         return SelectionView(self.history, self.env.now, round_index, self.version,
                              self._disclosed if "resources" in self.disclose else None, data_size=sizes,
                              deadline_s=deadline)
 
+    def _size_array(self) -> np.ndarray:
+        """Every client's training-set size as a read-only array, built once (a selector's
+        view reads it at every decision)."""
+        if self._sizes is None:
+            self._sizes = np.asarray(self._client_size, dtype=np.int64)
+            self._sizes.flags.writeable = False
+        return self._sizes
+
     def _disclosed(self) -> Disclosed:
-        """The clients' resource request: their profiles now and a full task's estimated times."""
+        """The clients' resource request: their profiles now and a full task's estimated times
+        (computed once when the profiles never change)."""
+        if self._request is None or not self._fixed_devices:
+            self._request = self._resource_request()
+            for array in vars(self._request).values():  # shared between decisions: nobody may write it
+                if isinstance(array, np.ndarray):
+                    array.flags.writeable = False
+        return self._request
+
+    def _resource_request(self) -> Disclosed:
         devices, costs = self.devices, self.costs
         if type(devices) is Devices:
             compute, down, up, lat = devices.compute, devices.down_mbps, devices.up_mbps, devices.latency_s
@@ -303,7 +325,7 @@ class Clock:
             lat = np.array([p.latency_s for p in profiles])
         down_s = costs.bytes_down * 8.0 / (down * 1e6) + lat
         up_s = costs.bytes_up * 8.0 / (up * 1e6) + lat
-        sizes = np.asarray(self._client_size, dtype=np.int64)
+        sizes = self._size_array()
         unique, inverse = np.unique(sizes, return_inverse=True)
         work = np.array([costs.work(int(u)) for u in unique])[inverse]
         total = down_s + work / compute + up_s
@@ -403,7 +425,11 @@ class Clock:
         """Hand arrivals to the server, record them, evaluate on the cadence."""
         before = self.version
         if tasks:
-            self.version = self.backend.apply(tasks)
+            applied = self.backend.apply(tasks)
+            self.version = int(applied)
+            if isinstance(applied, Applied):
+                for t, report in zip(tasks, applied.reports):
+                    t.metrics, t.steps_reported = report.metrics, report.steps
         if self.script is not None and self.version != before:
             self.script.version_reached(self)
         history = self.history

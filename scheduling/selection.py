@@ -10,13 +10,13 @@ draw code, so a default run calls the same generator in the same order as before
 **What a selector sees.** Only what a real server could know (:class:`SelectionView`): for
 each client its observed history (:class:`ClientHistory`: durations of its finished tasks,
 when it was last picked and how often, the training loss and sample count its last applied
-result reported, how many of its tasks were lost, timed out or cancelled), the current
-virtual time, round and server version, and a seeded random stream of its own (stream
-``SELECTION`` of :mod:`fedclock.scheduling.rng`). The device profiles are the simulation's
-hidden truth: a view holds no reference to them. Only when the scenario says the clients
-disclose them (``selection.disclose``), :attr:`SelectionView.resources` gives them
-(:class:`Disclosed`, the resource request of Nishio and Yonetani, ICC 2019, Sec. III-B);
-otherwise reading it raises :class:`NotDisclosed`.
+result reported, how many of its results were applied, how many of its tasks were lost,
+timed out or cancelled), the current virtual time, round and server version, and a seeded
+random stream of its own (stream ``SELECTION`` of :mod:`fedclock.scheduling.rng`). The
+device profiles are the simulation's hidden truth: a view holds no reference to them. Only
+when the scenario says the clients disclose them (``selection.disclose``),
+:attr:`SelectionView.resources` gives them (:class:`Disclosed`, the resource request of
+Nishio and Yonetani, ICC 2019, Sec. III-B); otherwise reading it raises :class:`NotDisclosed`.
 
 **Where the loss comes from.** A task's training metrics (``train_loss``, the mean loss of
 its local steps, returned by the client with its upload; see :mod:`fedclock.actors.runtime`)
@@ -115,6 +115,8 @@ class ClientHistory:
         """``train_loss`` of the client's last applied result (NaN: none yet)."""
         self.last_samples = np.zeros(n, dtype=np.int64)
         """Sample count of the client's last applied result (0: none yet)."""
+        self.applied = np.zeros(n, dtype=np.int64)
+        """Tasks whose results the server applied (the ones that reported a loss)."""
         self.lost = np.zeros(n, dtype=np.int64)
         self.timed_out = np.zeros(n, dtype=np.int64)
         self.cancelled = np.zeros(n, dtype=np.int64)
@@ -134,6 +136,7 @@ class ClientHistory:
             self.last_loss[client] = loss
         if samples is not None:
             self.last_samples[client] = samples
+            self.applied[client] += 1
 
 
 class SelectionView:
@@ -142,8 +145,8 @@ class SelectionView:
     :attr:`resources`. It holds no device profile."""
 
     __slots__ = ("num_clients", "now", "round", "version", "last_duration", "duration_sum", "arrivals",
-                 "last_picked_time", "last_picked_round", "times_picked", "last_loss", "last_samples", "lost",
-                 "timed_out", "cancelled", "deadline_s", "disclosed_data_size", "_resources")
+                 "last_picked_time", "last_picked_round", "times_picked", "last_loss", "last_samples", "applied",
+                 "lost", "timed_out", "cancelled", "deadline_s", "disclosed_data_size", "_resources")
 
     def __init__(self, history: ClientHistory, now: float, round_index: int, version: int,
                  resources: Callable[[], Disclosed] | None, data_size: np.ndarray | None = None,
@@ -161,6 +164,7 @@ class SelectionView:
         self.times_picked = _frozen(h.times_picked)
         self.last_loss = _frozen(h.last_loss)
         self.last_samples = _frozen(h.last_samples)
+        self.applied = _frozen(h.applied)
         self.lost = _frozen(h.lost)
         self.timed_out = _frozen(h.timed_out)
         self.cancelled = _frozen(h.cancelled)

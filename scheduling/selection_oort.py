@@ -1,8 +1,11 @@
 """Oort's guided participant selection (Lai, Zhu, Madhyastha, Chowdhury, "Oort: Efficient
 Federated Learning via Guided Participant Selection", OSDI 2021, Sec. 4).
 
-Every choice, stated (where the paper leaves a detail open, the authors' public selector in
-FedScale, ``thirdparty/oort/oort.py``, settles it, as noted):
+The paper is not in this project's papers folder; where it leaves a detail open, the
+authors' public selector settles it: FedScale's ``thirdparty/oort/oort.py`` (the Oort
+training selector the authors maintain, SymbioticLab/FedScale) with its defaults in
+``fedscale/cloud/config_parser.py``; the older SymbioticLab/Oort repository
+(``core/argParser.py``) is cited where its defaults differ. Every choice, stated:
 
 * **Statistical utility** of a client (Sec. 4.2, Eq. 1): ``U_i = |B_i| sqrt(1/|B_i| sum_k loss(k)^2)``.
   fedclock's clients report the mean training loss of their last task (``train_loss``) and
@@ -10,45 +13,71 @@ FedScale, ``thirdparty/oort/oort.py``, settles it, as noted):
   mean loss: ``U_i = samples_i x loss_i`` (exact when per-sample losses are equal; below the
   true root mean square otherwise). Only clients whose result was applied have a utility
   (*explored*); the others are *unexplored*.
-* **Normalisation and clipping** (FedScale): utilities of the explored candidates are clipped
-  at their ``clip_bound`` quantile (value of rank ``min(floor(n clip_bound), n - 1)`` in
-  ascending order) and scaled as ``(U - 0.999 U_min) / max(U_max - 0.999 U_min, 1e-4)``.
-* **Staleness bonus** (Sec. 4.2, the confidence term): ``+ sqrt(0.1 ln R / r_i)``, ``R`` the
-  current round and ``r_i`` the round the client was last picked, both counted from 1 (a
-  sync round, or the server version in async mode).
+* **Normalisation and clipping** (FedScale, ``get_norm``): utilities of the explored
+  candidates are clipped at their ``clip_bound`` quantile (value of rank
+  ``min(floor(n clip_bound), n - 1)`` in ascending order; ``clip_bound`` 0.9, FedScale's
+  default) and scaled as ``(U - 0.999 U_min) / max(U_max - 0.999 U_min, 1e-4)``. Difference:
+  FedScale also counts the unexplored clients' initial rewards (a size prior from device
+  profiles) in ``U_min``, ``U_max`` and the quantile; here only reported utilities.
+* **Staleness bonus** (Sec. 4.2, the confidence term; FedScale's form): ``+ sqrt(0.1 ln R /
+  r_i)``, ``R`` the current round and ``r_i`` the round the client was last picked, both
+  counted from 1 (a sync round, or the server version in async mode). FedScale stamps a
+  client with the round its last result was registered; for a sync round's applied result
+  that is the same round; a client whose last task was lost keeps, here, the round it was
+  picked.
 * **System penalty** (Sec. 4.3, Eq. 2): a client whose last observed task duration ``t_i``
   exceeds the preferred duration ``T`` has its score multiplied by ``(T / t_i)^alpha``
-  (``alpha = 0`` turns the penalty off: the ablation). ``T`` is the duration of rank
-  ``min(floor(n P / 100), n - 1)`` among the observed durations of all clients (ascending),
-  ``P`` the pacer's percentile (``round_threshold``, 100: no penalty).
-* **Pacer** (Sec. 4.3): after every round the mean utility of the exploited clients picked
-  in the previous round whose results were applied is appended to a history; every
-  ``pacer_step`` rounds (from round ``2 pacer_step`` on) the sums of the last two windows of
-  ``pacer_step`` are compared: a change of at most 10 % widens ``P`` by ``pacer_delta``
-  (at most 100), a change of at least 5x narrows it by ``pacer_delta`` (at least
-  ``pacer_delta``) (FedScale's rule).
+  (``round_penalty``, alpha 2 as in FedScale; the Oort repository's default is 0.5;
+  ``alpha = 0`` turns the penalty off: the ablation). ``T`` is the duration of rank
+  ``min(floor(n P / 100), n - 1)`` among the observed durations of all clients
+  (ascending), ``P`` the pacer's percentile (``round_threshold``, starting at 30 as in
+  FedScale; 100: no penalty; the Oort repository starts at 101, i.e. no penalty).
+* **Pacer** (Sec. 4.3; FedScale's ``pacer``, :meth:`Oort.paced`): every round appends
+  the mean utility of the clients the previous round exploited that have reported since
+  (0 in the first round, as FedScale's first call appends); at round ``R`` (1-based) with
+  ``R >= 2 pacer_step`` and ``R % pacer_step == 0`` the sums of the last two windows of
+  ``pacer_step`` entries are compared: a change of at most 10 % widens ``P`` by
+  ``pacer_delta`` (at most 100), a change of at least 5x narrows it by ``pacer_delta``
+  (at least ``pacer_delta``). ``pacer_step`` 20 and ``pacer_delta`` 5 are FedScale's
+  defaults (the Oort repository: 10 and a step that never comes).
 * **Exploration** (Sec. 4.2): the exploration fraction ``e`` decays once per round,
-  ``e = max(e decay, e_min)``, before the round's choice; ``floor(K e)`` clients are explored
-  and the other ``K - floor(K e)`` exploited. When fewer unexplored candidates are left, the
-  exploitation takes the rest, and when fewer explored ones are known, the exploration does
-  (FedScale's selector returns a smaller cohort then; here the cohort keeps its size).
-  Unexplored clients are drawn uniformly: FedScale ranks them by a speed and size prior
-  taken from device profiles, which a server does not know here (with
-  ``selection.disclose: [data_size]`` they are drawn with probability proportional to data
-  size instead).
+  ``e = max(e decay, e_min)``, before the round's choice (``exploration_factor`` 0.9,
+  ``exploration_decay`` 0.98, ``exploration_min`` 0.3: FedScale's defaults; the Oort
+  repository's minimum is 0.2); ``floor(K e)`` clients are explored and the other ``K -
+  floor(K e)`` exploited. When fewer unexplored candidates are left, the exploitation takes
+  the rest, and when fewer explored ones are known, the exploration does (FedScale's
+  selector returns a smaller cohort then; here the cohort keeps its size). Unexplored
+  clients are drawn uniformly: FedScale ranks them by a speed and size prior taken from
+  device profiles (its ``sample_window`` of 5 x the count, then a weighted draw), which a
+  server does not know here (with ``selection.disclose: [data_size]`` they are drawn with
+  probability proportional to data size instead).
 * **Exploitation** (Sec. 4.2, FedScale): candidates sorted by score; the cut-off is
   ``cut_off_util`` times the score of rank ``exploit`` (0-based); the pool is every candidate
   at or above it, extended in score order to at least ``10 exploit + 1`` clients; ``exploit``
   clients are drawn from the pool without replacement with probability proportional to score.
-  Ties in score are broken by client id.
-* **Participation cap** (Sec. 4.2, the blacklist): with ``blacklist_rounds >= 0`` clients
-  picked more than that many times are excluded, at most ``blacklist_max_len`` of the
-  population (the most picked first, ties by id).
+  Ties in score are broken by client id. ``cut_off_util`` is 0.95, the reading of the
+  comment FedScale's setting carries ("95 percentile"); its value there is 0.05, which with
+  the code's product admits every client above 5 % of the cut-off score (nearly all), and
+  the Oort repository's default is 0.9. The paper (Sec. 4.2) samples among clients near
+  the cut-off instead of taking the top K, without a number we could check (its text is
+  not in this project).
+* **Participation cap** (Sec. 4.2, the blacklist; FedScale's ``get_blacklist``): with
+  ``blacklist_rounds >= 0`` clients with more than that many applied results (FedScale's
+  ``count``, raised with each result it registers, not with each pick) are excluded, at
+  most ``blacklist_max_len`` (0.3, FedScale's default) of the population, the most
+  reported first (ties by id). ``blacklist_rounds`` -1 (no cap) is FedScale's default.
 * When too few candidates remain after the cap, the rest is filled uniformly from the
   excluded candidates (so a cohort is never smaller than under ``uniform``).
 
 Randomness comes only from the selector's own generator, in this order per call: the
 exploitation draw, then the exploration draw, then the fill.
+
+**Cost at a million clients.** A decision is a few dozen linear passes over the candidates'
+arrays and two partial sorts (the clip value and the preferred duration), no full sort:
+the staleness bonus is computed once per distinct round and looked up, the exploitation
+pool is found with :func:`~fedclock.scheduling.selection_arrays.largest`, and the weighted
+exploration draw is :func:`~fedclock.scheduling.selection_arrays.weighted_draw` (NumPy's
+draw, the same clients). ``benchmarks/selection.py`` measures it.
 """
 from __future__ import annotations
 
@@ -60,6 +89,7 @@ from pydantic import Field
 
 from fedclock.scheduling.model_base import NonNegativeFloat, StrictModel
 from fedclock.scheduling.selection import SelectionView, Selector
+from fedclock.scheduling.selection_arrays import largest, rank_value, weighted_draw
 
 
 class OortParams(StrictModel):
@@ -94,7 +124,14 @@ class Oort(Selector):
         self.exploit_history: list[float] = []
         """Per round: mean utility of the previous round's exploited clients that reported."""
         self.exploited: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.exploited_round = -1
+        """The clients the last round exploited ..."""
+        self.exploited_applied: np.ndarray = np.zeros(0, dtype=np.int64)
+        """... and how many of their results had been applied when they were picked."""
+        self._seen_arrivals: np.ndarray | None = None
+        self._seen_durations = np.zeros(0)
+        self._sorted_durations = np.zeros(0)
+        """The clients' ``arrivals`` and ``last_duration`` as last seen, and the known
+        durations in ascending order (:meth:`_preferred`)."""
 
     # ------------------------------------------------------------------ the rules, one by one
     @staticmethod
@@ -117,12 +154,14 @@ class Oort(Selector):
 
     @staticmethod
     def preferred_duration(durations: np.ndarray, percentile: float) -> float:
-        """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the known
-        ones; inf when ``P >= 100`` or none is known."""
-        known = durations[~np.isnan(durations)]
-        if percentile >= 100.0 or known.shape[0] == 0:
+        """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the ``n``
+        known ones; inf when ``P >= 100`` or none is known."""
+        if percentile >= 100.0:
             return math.inf
-        return _rank_value(known, min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1))
+        known = durations.take(np.flatnonzero(~np.isnan(durations)))  # (a partition over NaNs is slow)
+        if known.shape[0] == 0:
+            return math.inf
+        return rank_value(known, min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1))
 
     @staticmethod
     def split(k: int, exploration: float, explored: int, unexplored: int) -> tuple[int, int]:
@@ -134,28 +173,39 @@ class Oort(Selector):
         return exploit, min(k - exploit, unexplored)
 
     # ------------------------------------------------------------------ per round
+    @staticmethod
+    def paced(history: list[float], threshold: float, step: int, delta: float) -> float:
+        """The pacer's percentile after a round (FedScale's ``pacer``): ``history`` holds one
+        entry per round so far (this one included); at a round ``R`` (1-based, the length of
+        ``history``) with ``R >= 2 step`` and ``R % step == 0`` the sums of the last two
+        windows of ``step`` entries are compared: a change of at most 10 % of the earlier
+        sum widens the percentile by ``delta`` (at most 100), a change of at least 5 times
+        it narrows it by ``delta`` (at least ``delta``)."""
+        rounds = len(history)
+        if rounds >= 2 * step and rounds % step == 0:
+            before, now = sum(history[-2 * step:-step]), sum(history[-step:])
+            if abs(now - before) <= before * 0.1:
+                return min(100.0, threshold + delta)
+            if abs(now - before) >= before * 5:
+                return max(delta, threshold - delta)
+        return threshold
+
     def _new_round(self, view: SelectionView) -> None:
         p: OortParams = self.params
-        if self.exploited_round >= 0:
-            done = self.exploited[view.last_picked_round[self.exploited] == self.exploited_round]
-            done = done[~np.isnan(view.last_loss[done])]
+        utility = 0.0  # the first round: no exploited clients yet (FedScale appends 0 too)
+        if self.exploited.shape[0]:
+            done = self.exploited[view.applied[self.exploited] > self.exploited_applied]  # reported since picked
             utils = self.utility(view.last_samples[done], view.last_loss[done])
-            self.exploit_history.append(float(utils.sum() / (done.shape[0] + 1e-4)))
-        step, h = p.pacer_step, self.exploit_history
-        rounds = len(h)
-        if rounds >= 2 * step and rounds % step == 0:
-            before, now = sum(h[-2 * step:-step]), sum(h[-step:])
-            if abs(now - before) <= before * 0.1:
-                self.threshold = min(100.0, self.threshold + p.pacer_delta)
-            elif abs(now - before) >= before * 5:
-                self.threshold = max(p.pacer_delta, self.threshold - p.pacer_delta)
+            utility = float(utils.sum() / (done.shape[0] + 1e-4))
+        self.exploit_history.append(utility)
+        self.threshold = self.paced(self.exploit_history, self.threshold, p.pacer_step, p.pacer_delta)
         self.exploration = max(self.exploration * p.exploration_decay, p.exploration_min)
 
     def _capped(self, view: SelectionView, candidates: np.ndarray) -> np.ndarray:
         p: OortParams = self.params
         if p.blacklist_rounds < 0:
             return candidates
-        counts = view.times_picked
+        counts = view.applied
         over = np.flatnonzero(counts > p.blacklist_rounds)
         limit = int(p.blacklist_max_len * view.num_clients)
         if over.shape[0] > limit:
@@ -170,9 +220,12 @@ class Oort(Selector):
             self._new_round(view)
             self.current_round = view.round
         pool = self._capped(view, candidates)
-        loss = view.last_loss[pool]
-        is_explored = ~np.isnan(loss)
-        explored, fresh = pool[is_explored], pool[~is_explored]
+        whole = pool.shape[0] == view.num_clients  # sorted distinct ids: every client, positions are ids
+        loss = view.last_loss if whole else view.last_loss.take(pool)
+        unexplored = np.isnan(loss)
+        explored, fresh = np.flatnonzero(~unexplored), np.flatnonzero(unexplored)
+        if not whole:
+            explored, fresh = pool.take(explored), pool.take(fresh)
         exploit_n, _ = self.split(k, self.exploration, explored.shape[0], fresh.shape[0])
         chosen: list[np.ndarray] = []
         if exploit_n > 0:
@@ -186,31 +239,84 @@ class Oort(Selector):
             rest = candidates[~np.isin(candidates, picked)]
             picked = np.concatenate([picked, self.rng.choice(rest, size=k - picked.shape[0], replace=False)])
         self.exploited = picked[:exploit_n].copy()
-        self.exploited_round = view.round
+        self.exploited_applied = view.applied[self.exploited]
         return picked
 
     def scores(self, view: SelectionView, clients: np.ndarray) -> np.ndarray:
         """Each explored client's score: normalised clipped utility + staleness bonus, times
-        the system penalty."""
+        the system penalty (computed in place over the clients' arrays: a handful of passes,
+        one partial sort for the clip value and one for the preferred duration)."""
         p: OortParams = self.params
-        util = self.utility(view.last_samples[clients], view.last_loss[clients])
-        positive = util[util > 0]
+        score = self.utility(view.last_samples.take(clients), view.last_loss.take(clients))
+        positive = score if score.shape[0] and score.min() > 0 else score.take(np.flatnonzero(score > 0))
         if positive.shape[0]:
-            clip = _rank_value(positive, min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1))
-            low = float(positive.min()) * 0.999
-            span = max(float(positive.max()) - low, 1e-4)
+            rank = min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1)
+            parted = np.partition(positive, rank)
+            clip = float(parted[rank])
+            low = float(parted[:rank + 1].min()) * 0.999
+            span = max(float(parted[rank:].max()) - low, 1e-4)
         else:
             clip, low, span = 0.0, 0.0, 1e-4
-        score = (np.minimum(util, clip) - low) / span
-        score = score + self.staleness_bonus(view.round, view.last_picked_round[clients])
-        preferred = self.preferred_duration(view.last_duration, self.threshold)
-        score = score * self.system_penalty(view.last_duration[clients], preferred, p.round_penalty)
-        return np.abs(score)
+        np.minimum(score, clip, out=score)
+        score -= low
+        score /= span
+        score += self._bonus(view.round, view.last_picked_round.take(clients))
+        preferred = self._preferred(view)
+        if p.round_penalty != 0 and preferred != math.inf:  # (T / t)^0 = 1 and t > inf never: no change
+            duration = view.last_duration.take(clients)
+            slow = duration > preferred
+            with np.errstate(invalid="ignore", divide="ignore"):
+                penalty = np.divide(preferred, np.maximum(duration, 1e-4, out=duration), out=duration)
+                np.power(penalty, p.round_penalty, out=penalty)
+            np.multiply(score, penalty, out=score, where=slow)  # x 1 elsewhere
+        return np.abs(score, out=score)
+
+    def _preferred(self, view: SelectionView) -> float:
+        """:meth:`preferred_duration` over the view's durations, from a sorted copy of the
+        known durations kept up to date: a client's duration changes only when a result of
+        it arrives (``arrivals`` grows), so each call moves only those clients' entries (two
+        linear memory moves) instead of selecting among all clients again."""
+        if self.threshold >= 100.0:
+            return math.inf
+        durations, arrivals = view.last_duration, view.arrivals
+        if self._seen_arrivals is None or self._seen_arrivals.shape != arrivals.shape:
+            self._seen_durations, self._seen_arrivals = durations.copy(), arrivals.copy()
+            self._sorted_durations = np.sort(durations[~np.isnan(durations)])
+        else:
+            changed = np.flatnonzero(arrivals != self._seen_arrivals)
+            if changed.shape[0]:
+                old, new = self._seen_durations[changed], durations[changed]
+                old, new = np.sort(old[~np.isnan(old)]), np.sort(new[~np.isnan(new)])
+                held = self._sorted_durations
+                # the k-th of equal old values sits k places after the first of them
+                at = np.searchsorted(held, old) + (np.arange(old.shape[0]) - np.searchsorted(old, old))
+                held = np.delete(held, at)
+                self._sorted_durations = np.insert(held, np.searchsorted(held, new), new)
+                self._seen_durations[changed] = durations[changed]
+                self._seen_arrivals[changed] = arrivals[changed]
+        held = self._sorted_durations
+        if not held.shape[0]:
+            return math.inf
+        return float(held[min(int(held.shape[0] * self.threshold / 100.0), held.shape[0] - 1)])
+
+    def _bonus(self, current_round: int, last_round: np.ndarray) -> np.ndarray:
+        """:meth:`staleness_bonus`, computed once per round from -1 (never picked) to
+        ``current_round`` (a table of at most one entry per round so far) and looked up for
+        each client (a round outside that range: computed directly)."""
+        if current_round + 2 >= last_round.shape[0]:
+            return self.staleness_bonus(current_round, last_round)
+        rounds = np.arange(-1, current_round + 1, dtype=np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):  # round -1's entry (never picked) divides by 0
+            table = np.roll(self.staleness_bonus(current_round, rounds), -1)  # round -1 last: index -1 finds it
+        try:
+            return table.take(last_round)
+        except IndexError:
+            return self.staleness_bonus(current_round, last_round)
 
     def _exploit(self, clients: np.ndarray, scores: np.ndarray, n: int, cut_off: float) -> np.ndarray:
         total_n = clients.shape[0]
         floor = min(10 * n + 1, total_n)  # the pool's least size
-        top = _top(scores, clients, floor)  # the best ``floor`` by (score desc, id), in that order
+        top = largest(scores, clients, floor)  # the best ``floor`` by (score desc, id), in that order
         threshold = scores[top[min(n, total_n - 1)]] * cut_off
         above = np.flatnonzero(scores >= threshold)
         if above.shape[0] > floor:  # more at or above the cut-off than the least size: all of them
@@ -223,24 +329,8 @@ class Oort(Selector):
         return self.rng.choice(pool, size=n, replace=False, p=prob)
 
     def _explore(self, view: SelectionView, clients: np.ndarray, n: int) -> np.ndarray:
-        prob = None
         if view.disclosed_data_size is not None:
-            sizes = view.disclosed_data_size[clients].astype(np.float64)
-            if np.count_nonzero(sizes) >= n:
-                prob = sizes / sizes.sum()
-        return self.rng.choice(clients, size=n, replace=False, p=prob)
-
-
-def _rank_value(values: np.ndarray, rank: int) -> float:
-    """The value of ``rank`` (0-based) in ascending order, in linear time."""
-    return float(np.partition(values, rank)[rank])
-
-
-def _top(scores: np.ndarray, ids: np.ndarray, m: int) -> np.ndarray:
-    """Positions of the ``m`` best entries by (score descending, id ascending), in that order,
-    without sorting the whole array."""
-    if m >= scores.shape[0]:
-        return np.lexsort((ids, -scores))
-    cut = np.partition(-scores, m - 1)[m - 1]  # the m-th best score (negated)
-    inside = np.flatnonzero(-scores <= cut)  # every entry at least as good (ties included)
-    return inside[np.lexsort((ids[inside], -scores[inside]))][:m]
+            sizes = view.disclosed_data_size.take(clients).astype(np.float64)
+            if np.count_nonzero(sizes) >= n:  # rng.choice(clients, n, replace=False, p=...), the same draw
+                return clients.take(weighted_draw(self.rng, sizes / sizes.sum(), n))
+        return self.rng.choice(clients, size=n, replace=False)

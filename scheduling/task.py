@@ -10,7 +10,7 @@ with one of the statuses below.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, NamedTuple, Sequence
 
 import simpy
 
@@ -37,7 +37,8 @@ class Task:
 
     __slots__ = ("index", "client", "client_task", "round", "version", "dispatched_at", "timing", "bytes_down",
                  "bytes_up", "num_samples", "status", "staleness", "version_applied", "ended_at", "metrics", "late",
-                 "handle", "steps", "steps_full", "gives_up_at", "lost", "started", "upload_discarded", "finishes_at",
+                 "steps", "steps_full", "steps_reported", "gives_up_at", "lost", "started",
+                 "upload_discarded", "finishes_at",
                  "on_settle", "settled", "free_event", "_env")
 
     def __init__(self, *, index: int, client: int, client_task: int, round: int, version: int,
@@ -60,6 +61,8 @@ class Task:
         """Local steps the clock assigned to the task (None: the algorithm's full count)."""
         self.steps_full = steps_full
         """The algorithm's full local step count for this client."""
+        self.steps_reported: int | None = None
+        """Local steps the client reports it ran (recorded with :attr:`metrics`; None before)."""
         self.on_settle = on_settle
         """What the protocol does when the task settles, at :attr:`settles_at`."""
         self._env = env
@@ -70,11 +73,10 @@ class Task:
         self.version_applied: int | None = None
         self.ended_at: float | None = None
         self.metrics: dict[str, float] = {}
-        """Training metrics the client reported (set by the backend when the task ends)."""
+        """Training metrics the client reported (recorded by the clock when the server applies
+        the task's result, from the backend's :class:`Applied`)."""
         self.late = False
         """Set when the task's round closed before it arrived."""
-        self.handle: Any = None
-        """The backend's note of the running computation."""
         self.gives_up_at: float | None = None
         """When the server gives up on the task (lost, or slower than the timeout); None when
         its result reaches the server."""
@@ -116,6 +118,29 @@ class Task:
                 f"version={self.version}, dispatched_at={self.dispatched_at}, timing={self.timing}, "
                 f"status={self.status!r}, staleness={self.staleness}, version_applied={self.version_applied}, "
                 f"ended_at={self.ended_at}, steps={self.steps}, lost={self.lost})")
+
+
+class Reported(NamedTuple):
+    """What a client reported with a result the server applied."""
+
+    metrics: dict[str, float]
+    """The algorithm's training metrics (``train_loss``, ...)."""
+    steps: int | None
+    """Local steps the client ran (None: not reported; the assigned count stands)."""
+
+
+class Applied(int):
+    """What the backend's ``apply`` returns: the server version (an ``int``), with what the
+    client of each applied task reported, in the tasks' order. A backend that returns a plain
+    ``int`` reports nothing (the tasks keep empty metrics); the clock records the reports on
+    the tasks, so the backend never writes a :class:`Task`."""
+
+    reports: tuple[Reported, ...]
+
+    def __new__(cls, version: int, reports: Sequence[Reported] = ()) -> "Applied":
+        applied = super().__new__(cls, version)
+        applied.reports = tuple(reports)
+        return applied
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 
-from fedclock.actors import runtime as runtime_mod
-from fedclock.actors.runtime import ActorLost, Runtime, Session
+from fedclock.actors import calls as calls_mod
+from fedclock.actors.calls import ActorLost
+from fedclock.actors.runtime import Runtime
+from fedclock.actors.session import Session
+from fedclock.actors.transport import actor_id
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scheduling.clock import Task
 from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
@@ -64,12 +67,12 @@ def test_a_killed_executor_is_replaced_and_results_are_unchanged(ray_runtime: Ru
     calm_m, calm_e = _run(Runtime("inline"), tmp_path / "calm")  # equal to an undisturbed Ray run (test_determinism)
     sessions = _sessions(monkeypatch, ray_runtime)
     # kill an executor right after it is handed a task (so it dies with tasks in flight), twice
-    kills = _kill_on_start(monkeypatch, lambda n, task: n in (3, 7), lambda s, task: s.executors[task.handle.slot])
+    kills = _kill_on_start(monkeypatch, lambda n, task: n in (3, 7), lambda s, task: s.executors[s.slot_of(task)])
     hit_m, hit_e = _run(ray_runtime, tmp_path / "hit")
     assert len(kills) == 2 and sessions[0].respawns == 2
     pd.testing.assert_frame_equal(calm_m, hit_m, check_exact=True)
     pd.testing.assert_frame_equal(calm_e, hit_e, check_exact=True)
-    assert all(runtime_mod.actor_id(a) for a in ray_runtime._pool[:2])  # the runtime keeps the fresh actors
+    assert all(actor_id(a) for a in ray_runtime._pool[:2])  # the runtime keeps the fresh actors
     assert ray_runtime._pool[:2] == sessions[0].executors
 
 
@@ -85,8 +88,8 @@ def test_an_executor_that_keeps_dying_ends_the_run_with_one_line(ray_runtime: Ru
         return fresh
 
     monkeypatch.setattr(Runtime, "_respawn", doomed)
-    monkeypatch.setattr(runtime_mod, "MAX_TASK_RETRIES", 1)
-    _kill_on_start(monkeypatch, lambda n, task: n == 2, lambda s, task: s.executors[task.handle.slot])
+    monkeypatch.setattr(calls_mod, "MAX_TASK_RETRIES", 1)
+    _kill_on_start(monkeypatch, lambda n, task: n == 2, lambda s, task: s.executors[s.slot_of(task)])
     with pytest.raises(ActorLost, match=r"executor died 2 times in a row \(at most 1 re-runs\)") as info:
         _run(ray_runtime, tmp_path / "doomed")
     assert "\n" not in str(info.value)

@@ -60,16 +60,16 @@ def test_tasks_per_call_groups_calls_and_changes_no_number(ray_runtime: Runtime,
     round (groups of 4 and 3, run task by task by ``train_each``), with ``tasks_per_call: 2``
     four calls, with 1 a call per task; a stateful algorithm (SCAFFOLD's control variates),
     so the client states travel through grouped calls too. Metrics and events bit for bit."""
-    from fedclock.actors.runtime import Session
+    from fedclock.actors.launcher import Launcher
 
     sizes: list[list[int]] = []
-    original = Session._start_groups
+    original = Launcher._start_groups
 
-    def record(self: Session, groups: list[Any]) -> None:
+    def record(self: Launcher, groups: list[Any]) -> None:
         sizes[-1].extend(len(g) for g in groups)
         original(self, groups)
 
-    monkeypatch.setattr(Session, "_start_groups", record)
+    monkeypatch.setattr(Launcher, "_start_groups", record)
     tables = []
     for per_call in (None, 2, 1):
         sizes.append([])

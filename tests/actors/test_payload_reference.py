@@ -12,7 +12,8 @@ def test_payload_by_reference_is_fetched_once_per_reference(ray_runtime: Any, mo
     the same, hands the same object to every task, and fetches again for a new reference."""
     import ray
 
-    from fedclock.actors.runtime import ByReference, RayClientExecutor
+    from fedclock.actors.ray_actors import RayClientExecutor
+    from fedclock.actors.transport import ByReference
 
     fetched: list[Any] = []
     real_get = ray.get

@@ -172,11 +172,11 @@ def test_deferred_tasks_wait_a_bounded_number_of_versions(tmp_path: Path, monkey
     """With DEFER_VERSIONS = 0 a deferred task runs at the first server version after its
     release (so it holds its payload one round at most): the same tables; of SCAFFOLD's
     dropped tasks only those released after the last version never run."""
-    from fedclock.actors import runtime as runtime_module
+    from fedclock.actors import client_states
 
     case = DEFER_CASES["scaffold_deadline_drop"]
     at_once, ran_all, _ = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False, **case)
-    monkeypatch.setattr(runtime_module, "DEFER_VERSIONS", 0)
+    monkeypatch.setattr(client_states, "DEFER_VERSIONS", 0)
     bounded, ran, discarded = _deferral_run(tmp_path / "bounded", monkeypatch, Runtime("inline"), True, **case)
     assert ran_all - discarded < ran < ran_all  # measured: 37 at once, 36 bounded, 30 with the default window
     for a, b in zip(at_once, bounded):

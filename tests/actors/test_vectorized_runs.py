@@ -11,7 +11,8 @@ import pytest
 
 from fedclock.actors import executor as executor_module
 from fedclock.actors.grouping import InstantGroups, split_balanced
-from fedclock.actors.runtime import Runtime, Session
+from fedclock.actors.launcher import Launcher
+from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
 from tests.conftest import scenario
@@ -56,13 +57,13 @@ def _assert_close_runs(a: tuple[pd.DataFrame, pd.DataFrame], b: tuple[pd.DataFra
 
 def test_vectorized_run_gives_the_sequential_curve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    original = Session._start_groups
+    original = Launcher._start_groups
 
-    def record(self: Session, groups: list[Any]) -> None:
+    def record(self: Launcher, groups: list[Any]) -> None:
         calls.extend(len(g) for g in groups)
         original(self, groups)
 
-    monkeypatch.setattr(Session, "_start_groups", record)
+    monkeypatch.setattr(Launcher, "_start_groups", record)
     plain = _run(tmp_path / "one", Runtime("inline"), runtime={"backend": "inline"})
     assert calls == []
     vec = _run(tmp_path / "eight", Runtime("inline"), runtime={"backend": "inline", "vectorize": 8})
@@ -81,14 +82,14 @@ def test_async_vectorized_run_matches_and_groups_only_one_instant(tmp_path: Path
                     population={"num_clients": 10, "devices": {"compute": {"dist": "loguniform", "low": 20,
                                                                            "high": 200}}})
     seen: list[list[int]] = []
-    original = Session._start_groups
+    original = Launcher._start_groups
 
-    def record(self: Session, groups: list[Any]) -> None:
+    def record(self: Launcher, groups: list[Any]) -> None:
         if groups:
             seen.append([len(g) for g in groups])
         original(self, groups)
 
-    monkeypatch.setattr(Session, "_start_groups", record)
+    monkeypatch.setattr(Launcher, "_start_groups", record)
     plain = _run(tmp_path / "one", Runtime("inline"), runtime={"backend": "inline"}, **sections)
     vec = _run(tmp_path / "vec", Runtime("inline"), runtime={"backend": "inline", "vectorize": 8}, **sections)
     assert seen[0] == [4]  # the four slots filled at time 0 train together; refills arrive one at a time
@@ -101,16 +102,16 @@ def test_a_killed_executor_reruns_its_group_with_the_same_numbers(ray_runtime: R
 
     cfg = {"backend": "ray", "num_actors": 2, "placement": "pooled", "vectorize": 3}
     calm = _run(tmp_path / "calm", Runtime("inline"), runtime={**cfg, "backend": "inline"}, stop={"rounds": 2})
-    original = Session._start_groups
+    original = Launcher._start_groups
     kills: list[int] = []
 
-    def start_and_kill(self: Session, groups: list[Any]) -> None:
+    def start_and_kill(self: Launcher, groups: list[Any]) -> None:
         original(self, groups)
         if groups and len(kills) < 2:  # the executor of the first group dies with the round's groups in flight
-            ray.kill(self.executors[groups[0][0].slot], no_restart=True)
+            ray.kill(self.calls.executors[groups[0][0].slot], no_restart=True)
             kills.append(len(groups))
 
-    monkeypatch.setattr(Session, "_start_groups", start_and_kill)
+    monkeypatch.setattr(Launcher, "_start_groups", start_and_kill)
     hit = _run(tmp_path / "hit", ray_runtime, runtime=cfg, stop={"rounds": 2})
     assert kills == [2, 2]
     pd.testing.assert_frame_equal(calm[0], hit[0], check_exact=True)

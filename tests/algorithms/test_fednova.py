@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedclock.actors.executor import ClientExecutor
+from fedclock.actors.task_io import TaskInputs
 from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.base import Arrival, ClientData, ClientResult, ServerState
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
@@ -118,8 +119,8 @@ def test_executor_reports_the_step_counter() -> None:
     ex = ClientExecutor()
     ex.setup(fed, alg, seed=0)
     payload = alg.payload_for(alg.init_server(gen()), 0)
-    assert ex.train(0, 0, payload, None, 3)[2]["steps"] == 3
-    assert ex.train(0, 0, payload, None)[2]["steps"] == 6
+    assert ex.train(TaskInputs(0, 0, payload, None, 3))[2].steps == 3
+    assert ex.train(TaskInputs(0, 0, payload, None, None))[2].steps == 6
 
 
 def test_fednova_learns_digits_under_heterogeneous_completeness(tmp_path: Path) -> None:

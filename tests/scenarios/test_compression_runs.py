@@ -15,7 +15,7 @@ from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError, load_suite
 from fedclock.scenarios.schema import Scenario
 from tests.conftest import scenario
-from tests.scenarios.test_checkpoints import Crash, _assert_same, _crash_at
+from tests.scenarios.runs import assert_resume_is_bit_identical
 
 QUICK = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "compression" / "quick.yaml"
 MLP_64 = 64 * 64 + 64 + 64 * 10 + 10  # digits' 64 inputs, one hidden layer of 64, 10 classes
@@ -73,18 +73,12 @@ def test_a_resumed_top_k_error_feedback_run_equals_an_uninterrupted_one(tmp_path
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The residual is client state: it goes into the checkpoint and the resumed run's tables
     are bit-identical to the uninterrupted run's."""
-    inline = Runtime("inline")
-    run_scenario(scenario(**EF), inline, tmp_path / "plain")
-    with_ckpt = scenario(**EF, output={"checkpoint_every": 4, "progress": False})
-    _crash_at(monkeypatch, 9)
-    with pytest.raises(Crash):
-        run_scenario(with_ckpt, inline, tmp_path / "crashed")
-    monkeypatch.undo()
-    last = max(int(p.name) for p in (tmp_path / "crashed" / "checkpoints").iterdir())
-    ckpt = read_checkpoint(tmp_path / "crashed" / "checkpoints" / str(last))
-    assert any("upload_residual" in (state or {}) for state in ckpt.clients.values())
-    run_scenario(with_ckpt, inline, tmp_path / "crashed", resume=True)
-    _assert_same(tmp_path / "plain", tmp_path / "crashed")
+    def residual_in_checkpoint(crashed: Path) -> None:
+        last = max(int(p.name) for p in (crashed / "checkpoints").iterdir())
+        ckpt = read_checkpoint(crashed / "checkpoints" / str(last))
+        assert any("upload_residual" in (state or {}) for state in ckpt.clients.values())
+
+    assert_resume_is_bit_identical(EF, tmp_path, monkeypatch, every=4, crash=9, before_resume=residual_in_checkpoint)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.participation import jain_index
 from tests.conftest import scenario
 from tests.scenarios.test_bad_input import assert_one_line_error, validate_data
-from tests.scenarios.test_checkpoints import Crash, _assert_same, _crash_at
+from tests.scenarios.runs import assert_resume_is_bit_identical
 
 BASE: dict[str, Any] = {
     "name": "sel", "dataset": {"name": "digits", "partition": {"type": "dirichlet_by_class", "alpha": 0.5}},
@@ -129,18 +129,10 @@ def test_a_bad_user_selector_is_one_line_and_peeking_is_refused(tmp_path: Path,
 def test_a_resumed_oort_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sections = {k: v for k, v in BASE.items() if k not in ("name", "output")}
     sections["selection"] = {"name": "oort", "pacer_step": 2}
-    inline = Runtime("inline")
-    run_scenario(scenario(**sections), inline, tmp_path / "plain")
-    with_ckpt = scenario(**sections, output={"checkpoint_every": 3, "progress": False})
-    _crash_at(monkeypatch, 6)
-    with pytest.raises(Crash):
-        run_scenario(with_ckpt, inline, tmp_path / "crashed")
-    monkeypatch.undo()
-    run_scenario(with_ckpt, inline, tmp_path / "crashed", resume=True)
-    _assert_same(tmp_path / "plain", tmp_path / "crashed")
-    events = pd.read_parquet(tmp_path / "plain" / "events.parquet")
+    plain = assert_resume_is_bit_identical(sections, tmp_path, monkeypatch, every=3, crash=6)
+    events = pd.read_parquet(plain / "events.parquet")
     uniform = scenario(**{**sections, "selection": {"name": "uniform"}})
-    run_scenario(uniform, inline, tmp_path / "uniform")
+    run_scenario(uniform, Runtime("inline"), tmp_path / "uniform")
     assert not events.client.equals(pd.read_parquet(tmp_path / "uniform" / "events.parquet").client)
 
 

@@ -8,10 +8,11 @@ rounds to reach it).
   faster on every seed and at least 25 % faster in total; without its system penalty
   (``round_penalty: 0``) the same check fails (its total is within a few percent of
   uniform's), so the test detects the penalty's effect, not exploration alone.
-* Power-of-choice vs uniform (same file, 30 rounds, no target): the global model's loss on
-  the test set after 30 rounds must be lower on every seed; with ``d = K`` (the plain
-  size-weighted draw) it is not. (The cohort's *reported* training loss is higher under
-  power-of-choice, by design: it picks the highest losses.)
+* Power-of-choice vs uniform (same file, 30 rounds, no target): the global objective of
+  Cho et al. (AISTATS 2022, Sec. 2, Eq. 1), ``F(w) = sum_k p_k F_k(w)`` with ``p_k`` the
+  client's share of the data, must be lower on every seed; with ``d = K`` (the plain
+  size-weighted draw) it is not. See that test for why this is the reading of "the mean
+  loss of the cohort".
 * Over-commitment 1.3 vs 1.0 (``overcommit_quick``, 3 s deadline): time to the target must
   be shorter on every seed and at least 25 % shorter in total.
 """
@@ -59,16 +60,41 @@ def test_oort_reaches_the_target_sooner_than_uniform_and_not_without_its_penalty
     assert not _faster(t["oort-no-penalty"], t["uniform"]), t  # the ablation: the test would fail
 
 
+def _global_objective(out: Path) -> float:
+    """``F(w) = sum_k p_k F_k(w)`` of the last evaluated global model ``w``: each client's
+    loss of ``w`` on its own held-out split (``client_metrics.parquet``), weighted by the
+    split's size (20 % of the client's samples, so proportional to ``p_k``)."""
+    rows = pd.read_parquet(out / "client_metrics.parquet")
+    rows = rows[rows.version == rows.version.max()]
+    return float((rows.loss * rows.num_test).sum() / rows.num_test.sum())
+
+
 @pytest.mark.slow
-def test_power_of_choice_lowers_the_global_loss_and_not_with_d_equal_k(tmp_path: Path) -> None:
+def test_power_of_choice_lowers_the_clients_global_loss_and_not_with_d_equal_k(tmp_path: Path) -> None:
+    """The reading: power-of-choice picks, among ``d`` candidates, the ``K`` whose reported
+    loss is highest, so the loss a cohort reports when it is picked is higher than under
+    uniform by construction (it measures the bias, not learning). Cho et al. measure what
+    the bias buys with the global training objective ``F(w) = sum_k p_k F_k(w)``, the mean
+    over *all* clients, weighted by data, of the current global model's loss (Sec. 2,
+    Eq. 1; Sec. 6 plots it). That is what is compared here, after 30 rounds, each client's
+    ``F_k`` measured on its own held-out 20 % (an unbiased estimate of its local loss;
+    the training samples would be the paper's exact ``F_k``, but the run does not evaluate
+    on them).
+
+    Paired seeds 0, 1, 2 (same split, devices, initial model): power-of-choice must be
+    lower than uniform on every seed. Measured when written (uniform / power-of-choice /
+    d = K): 0.335 / 0.329 / 0.434, 0.425 / 0.411 / 0.492, 0.386 / 0.359 / 0.377. The test
+    detects a difference of sign on each seed (the smallest gap, seed 0, is 2 % of the
+    loss); with the choice switched off (``d = K``: the same size-weighted draw without
+    keeping the highest losses) the check fails on two seeds of three."""
     losses: dict[str, list[float]] = {"uniform": [], "power_of_choice": [], "poc-d-eq-k": []}
+    evaluation = {"every": 30, "personalized": True, "per_client": True}
     for seed in SEEDS:
-        runs = _runs("oort_uniform_poc_quick.yaml", seed, ("stop", {"rounds": 30}))
+        runs = _runs("oort_uniform_poc_quick.yaml", seed, ("stop", {"rounds": 30}), ("evaluation", evaluation))
         for name in losses:
             run = runs[next(k for k in runs if k.endswith(name))]
             run_scenario(run, Runtime("inline"), tmp_path / f"{name}-{seed}")
-            metrics = pd.read_parquet(tmp_path / f"{name}-{seed}" / "metrics.parquet")
-            losses[name].append(float(metrics.global_loss.iloc[-1]))
+            losses[name].append(_global_objective(tmp_path / f"{name}-{seed}"))
     assert all(p < u for p, u in zip(losses["power_of_choice"], losses["uniform"])), losses
     assert not all(p < u for p, u in zip(losses["poc-d-eq-k"], losses["uniform"])), losses  # the ablation
 

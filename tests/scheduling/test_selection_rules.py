@@ -90,9 +90,12 @@ def test_oort_exploits_high_utility_fast_clients_and_the_penalty_matters() -> No
         assert (share < 0.2) if slow_share == 0.0 else (share > 0.5)
 
 
-def test_oort_participation_cap_excludes_the_most_picked() -> None:
+def test_oort_participation_cap_excludes_the_clients_with_most_applied_results() -> None:
+    """FedScale's blacklist counts a client's results (``count``, raised with each feedback),
+    not its dispatches: picks whose results never arrived do not count."""
     h = ClientHistory(10)
-    h.times_picked[:] = [5, 3, 1, 0, 0, 0, 0, 0, 0, 0]
+    h.applied[:] = [5, 3, 1, 0, 0, 0, 0, 0, 0, 0]
+    h.times_picked[:] = [5, 3, 9, 9, 0, 0, 0, 0, 0, 0]  # clients 2 and 3 were picked often, their results lost
     oort = Oort(OortParams(blacklist_rounds=2, exploration_factor=1.0, exploration_min=1.0), rng())
     view = SelectionView(h, 0.0, 1, 1, None)
     assert oort._capped(view, np.arange(10)).tolist() == [2, 3, 4, 5, 6, 7, 8, 9]
@@ -101,6 +104,33 @@ def test_oort_participation_cap_excludes_the_most_picked() -> None:
     for _ in range(5):
         chosen = oort.select(view, np.arange(10), 8)
         assert sorted(chosen.tolist()) == [2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_oort_pacer_by_hand() -> None:
+    """FedScale's pacer: one history entry per round, checked at rounds 2 step, 3 step, ..."""
+    assert Oort.paced([0.0, 10, 10], 30.0, 2, 5.0) == 30.0  # round 3: not a multiple of the step
+    assert Oort.paced([0.0, 10, 10, 11], 30.0, 2, 5.0) == 30.0  # sums 10 -> 21: +110 %, neither rule
+    assert Oort.paced([0.0, 10, 5, 5.5], 30.0, 2, 5.0) == 35.0  # sums 10 -> 10.5: within 10 %, widen
+    assert Oort.paced([0.0, 2, 3, 9], 30.0, 2, 5.0) == 25.0  # sums 2 -> 12: 5x the earlier sum, narrow
+    assert Oort.paced([0.0, 2, 3, 9], 5.0, 2, 5.0) == 5.0  # never below delta
+    assert Oort.paced([0.0, 10, 5, 5.5], 98.0, 2, 5.0) == 100.0  # never above 100
+    assert Oort.paced([1.0, 1, 1, 1, 1, 1], 30.0, 2, 5.0) == 35.0  # round 6: windows [1, 1] and [1, 1]
+
+
+def test_oort_pacer_history_counts_the_first_round_and_reported_exploited_clients() -> None:
+    h = ClientHistory(20)
+    h.last_samples[:10] = 10
+    h.last_loss[:10] = 2.0
+    h.last_picked_round[:10] = 0
+    h.applied[:10] = 1
+    oort = Oort(OortParams(exploration_factor=0.5, exploration_decay=1.0, exploration_min=0.5), rng())
+    oort.select(SelectionView(h, 0.0, 0, 0, None), np.arange(20), 4)
+    assert oort.exploit_history == [0.0]  # nothing exploited before the first round
+    exploited = oort.exploited.tolist()
+    assert len(exploited) == 2
+    h.applied[exploited[0]] += 1  # one of the two reported since (utility 10 x 2.0 = 20), the other did not
+    oort.select(SelectionView(h, 1.0, 1, 1, None), np.arange(20), 4)
+    assert oort.exploit_history == [0.0, pytest.approx(20 / 1.0001)]
 
 
 # --------------------------------------------------------------------------- power of choice
@@ -152,6 +182,10 @@ def test_tifl_tier_probabilities_favour_high_loss_tiers() -> None:
     got = TiFL.tier_probabilities(np.array([0.5, 2.0, np.nan]), np.ones(3, dtype=bool))
     assert got == pytest.approx([2 / 6, 3 / 6, 1 / 6])  # ranks 1, 0, 2 -> weights 2, 3, 1
     got = TiFL.tier_probabilities(np.array([0.5, 2.0, np.nan]), np.array([True, False, True]))
+    assert got == pytest.approx([2 / 3, 0.0, 1 / 3])
+    # Algorithm 2 ranks the tiers that have credits among themselves: n = 2 tiers, D = 3;
+    # tier 1 (the middle loss) has none, so tiers 0 and 2 get 2/3 and 1/3 (not 3/4 and 1/4)
+    got = TiFL.tier_probabilities(np.array([2.0, 1.0, 0.5]), np.array([True, False, True]))
     assert got == pytest.approx([2 / 3, 0.0, 1 / 3])
 
 

@@ -1,0 +1,58 @@
+"""Evaluation on the executors: the global model on the global test set, and each client's
+model on its own test split."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedclock.actors.calls import ActorCalls
+from fedclock.algorithms.base import EvalResult
+
+GLOBAL_EVAL_CHUNK = 512
+"""Global-test-set samples per evaluation chunk (a constant, so the summed results do not
+depend on how many executors share the chunks)."""
+
+
+class Evaluation:
+    """Spreads one run's evaluations over its executors."""
+
+    def __init__(self, calls: ActorCalls, num_clients: int, num_test: int, batch_size: int) -> None:
+        self.calls = calls
+        self.num_clients = num_clients
+        self.num_test = num_test
+        """Size of the global test set."""
+        self.batch_size = batch_size
+
+    def global_result(self) -> EvalResult:
+        """The global model on the global test set, in fixed chunks of
+        :data:`GLOBAL_EVAL_CHUNK` samples spread over the executors (idle at an evaluation in
+        sync mode) and added up in chunk order: the same sums whatever the number of
+        executors, each chunk computed single-threaded as everywhere else."""
+        calls = self.calls
+        state_ref = calls.t.put(calls.on_server("current_state"))
+        slots = calls.distinct_slots()
+        starts = range(0, self.num_test, GLOBAL_EVAL_CHUNK)
+        work = [(slots[k % len(slots)], (a, min(a + GLOBAL_EVAL_CHUNK, self.num_test))) for k, a in enumerate(starts)]
+        parts: list[EvalResult] = calls.on_executors(
+            "global evaluation", work,
+            lambda slot, span: calls.t.call(calls.executors[slot], "evaluate_global", state_ref, span[0], span[1],
+                                            self.batch_size))
+        total = EvalResult(0.0, 0, 0.0)
+        for part in parts:
+            total = EvalResult(total.correct + part.correct, total.count + part.count, total.loss_sum + part.loss_sum)
+        return total
+
+    def personalized(self, payloads: list[Any], states: list[Any]) -> list[EvalResult]:
+        """Every client's model (from its payload and state handles, in client order) on its
+        own test split, the clients cut into one consecutive chunk per executor."""
+        calls = self.calls
+        clients = list(range(len(payloads)))
+        slots = calls.distinct_slots()
+        chunks = [c for c in np.array_split(np.arange(len(clients)), len(slots)) if len(c)]
+        parts = calls.on_executors(
+            "personalized evaluation", list(zip(slots, chunks)),
+            lambda slot, chunk: calls.t.call(calls.executors[slot], "evaluate", [clients[i] for i in chunk],
+                                             [payloads[i] for i in chunk], [states[i] for i in chunk],
+                                             self.batch_size))
+        return [r for part in parts for r in part]
