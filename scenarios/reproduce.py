@@ -7,8 +7,9 @@ path; the format is in :mod:`fedclock.scenarios.claims`. For every claim the com
 (scenario file, run, seed) it needs once, seeds ``0 .. N-1`` (default: the set's ``seeds:``),
 into ``--out`` (default ``results/reproduce/FAMILY``), laid out as
 ``OUT/SETTING/RUN/seed_S`` where SETTING is the scenario file's name, plus a short hash of the
-overrides when there are any. A run directory whose ``clients.parquet`` exists (written when a
-run ends) and whose ``scenario.resolved.yaml`` has the same fingerprint as the job
+overrides when there are any. A run directory whose ``run.json`` says finished (written when
+a run ends, after its linear evaluation) and whose ``scenario.resolved.yaml`` has the same
+fingerprint as the job
 (:func:`fedclock.scenarios.checkpoints.fingerprint`) is reused; any other is run again from
 scratch. ``--jobs N`` runs up to N jobs side by side in separate processes. ``--set KEY=VALUE``
 (repeatable, as ``fedclock run --set``) overrides a field of every scenario on top of the claim
@@ -53,10 +54,13 @@ from fedclock.scenarios.claims import Claim, ClaimError, ClaimSet, load_claim_se
 from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
+from fedclock.scenarios.runstatus import FINISHED, read_status
 from fedclock.scenarios.schema import Scenario
 
 DONE_FILE = "clients.parquet"
-"""Written when a run ends: its presence marks a finished run directory."""
+"""One of the tables every run writes (at its start); a finished run also has ``run.json``
+with status ``finished`` (:mod:`fedclock.scenarios.runstatus`), written after its last table
+(the linear evaluation included)."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +149,13 @@ def jobs_for(settings: Sequence[Setting], out: Path) -> list[Job]:
 
 
 def finished(job: Job) -> bool:
-    """Whether ``job.out_dir`` holds a finished run of exactly this scenario."""
+    """Whether ``job.out_dir`` holds a finished run of exactly this scenario (``run.json``
+    says finished: a run cut off mid-way is run again)."""
     resolved = job.out_dir / "scenario.resolved.yaml"
     if not (job.out_dir / DONE_FILE).is_file() or not resolved.is_file():
+        return False
+    status = read_status(job.out_dir)
+    if status is None or status.status != FINISHED:
         return False
     try:
         earlier = yaml.safe_load(resolved.read_text(encoding="utf-8"))

@@ -108,7 +108,8 @@ def test_bad_claim_files_are_one_line_errors(tmp_path: Path, capsys: pytest.Capt
 
 def test_b_metric_and_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``b_metric`` compares two metrics of one run, paired by seed; ``--set`` overrides every
-    run over the claim set's overrides, and the report's command line shows it."""
+    run over the claim set's overrides, and the report's command line shows it; a run whose
+    ``run.json`` does not say finished is run again."""
     claims = _claims()
     claims["claims"] = [{"id": "climbs", "source": "Sec. 0", "statement": "the mean accuracy is below the last",
                          "paper": "-", "scenario": "tiny.yaml", "a": "trained", "b": "trained",
@@ -124,6 +125,11 @@ def test_b_metric_and_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     for seed in (0, 1):
         m = pd.read_parquet(next(out.glob(f"tiny-*/trained/seed_{seed}")) / "metrics.parquet")
         assert m["version"].max() == 2
+    cut_off = next(out.glob("tiny-*/trained/seed_0")) / "run.json"  # a run cut off mid-way is run again
+    cut_off.write_text(cut_off.read_text(encoding="utf-8").replace('"finished"', '"running"'), encoding="utf-8")
+    assert main(["reproduce", str(path), "--seeds", "2", "--set", "stop.rounds=2", "--out", str(out),
+                 "--report", str(report)]) == 0
+    assert capsys.readouterr().out.count("  ran ") == 1
     assert main(["reproduce", str(path), "--seeds", "2", "--set", "stop.rounds", "--out", str(out)]) == 2
     assert "--set stop.rounds: expected key=value" in capsys.readouterr().err
 
