@@ -29,18 +29,21 @@ Measured on seeds 3-8 (not the seeds tested) by ``python -m tests.algorithms.tes
 * own style - zero: +0.056 +0.119 +0.037 | +0.025 +0.062 +0.037, block means +0.071 +0.041.
 
 So at this scale the personalized feature needs *a* style input, but another client's style
-serves as well as the client's own, and infusion does not make the global features transfer
-better across styles. The first two tests assert the paper's direction with a margin of
-:data:`MARGIN` and are ``xfail(strict=True)``: they fail now, and strict xfail turns a future
-pass (an advantage that appears) into a failure to look at. The third holds with margin
+serves about as well as the client's own, and infusion does not make the global features
+transfer better across styles. The infusion test asserts the paper's direction with a margin
+of :data:`MARGIN` and is ``xfail(strict=True)``: it fails now, and strict xfail turns a future
+pass (an advantage that appears) into a failure to look at. Own style against swapped has no
+test: its sign depends on the seeds (block means +0.017 and -0.008; at the test seeds 0-2 it
+came out above the margin, so a strict xfail would fail there and a plain test elsewhere), a
+"cannot tell" that the report carries with its interval. The zero-style test holds with margin
 :data:`ZERO_MARGIN`, half the worst block mean above. With a component switched off (the same
-arm on both sides) a paired difference is exactly 0 and every assertion fails.
+arm on both sides) a paired difference is exactly 0 and both assertions fail.
 ``docs/reproductions/fedstyle.md`` reports the same comparisons at the quick setting
 (``fedclock reproduce fedstyle``).
 
-Cost: about 8 s on one quiet core (6 short federated runs and their linear evaluations, cached
-across the three tests), over the 5 s guideline because a paired comparison needs 3 seeds x 2
-arms.
+Cost: about 15 s on one quiet core (6 short federated runs and their linear evaluations, cached
+between the two tests; 40 s of CPU measured for the 12 runs of the measurement), over the 5 s
+guideline because a paired comparison of two arms needs 3 seeds x 2 runs.
 """
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ ROUNDS, CLIENTS = 3, 4
 TEST_SEEDS = (0, 1, 2)
 MEASURE_SEEDS = tuple(range(3, 9))
 MARGIN = 0.005
-"""The advantage the xfail tests assert (accuracy / 100): small, since neither holds at 0."""
+"""The advantage the xfail test asserts (accuracy / 100): small, since it does not hold even at 0."""
 ZERO_MARGIN = 0.02
 """Half the worst 3-seed block mean of own style - zero on seeds 3-8 (module docstring)."""
 EVAL = LinearEvalConfig(epochs=10, lr=0.05, batch_size=64, style_controls=True)
@@ -87,7 +90,9 @@ def averages(style_weight: float, seed: int) -> dict[str, float]:
             states[c] = result.state
             arrivals.append(Arrival(c, result.upload, result.num_samples, state.version, 0))
         state, _ = alg.receive(state, arrivals, torch.Generator().manual_seed(seed))
-    rows = linear_evaluation(alg, state, states, fed, EVAL, seed)  # type: ignore[arg-type]
+    # the controls only for lambda 0.5 (the own-style rows, and so transfer, are the same without them)
+    cfg = EVAL if style_weight > 0 else EVAL.model_copy(update={"style_controls": False})
+    rows = linear_evaluation(alg, state, states, fed, cfg, seed)  # type: ignore[arg-type]
     return {r["kind"]: float(r["accuracy"]) for r in rows if r["domain"] == "average"}
 
 
@@ -107,13 +112,6 @@ def own_style_gain(seed: int, control: str) -> float:
                    "(lambda 0.5 - lambda 0 on seeds 3-8: +0.006 -0.004 -0.017 -0.004 +0.010 -0.008)")
 def test_style_infusion_improves_cross_style_transfer() -> None:
     gains = [infusion_gain(s) for s in TEST_SEEDS]
-    assert statistics.mean(gains) > MARGIN, gains
-
-
-@pytest.mark.xfail(strict=True, reason="the client's own style personalizes no better than another client's at "
-                   "this scale (own - swapped on seeds 3-8: +0.000 +0.031 +0.019 -0.025 +0.019 -0.018)")
-def test_own_style_beats_another_clients_style() -> None:
-    gains = [own_style_gain(s, "personalization_swapped") for s in TEST_SEEDS]
     assert statistics.mean(gains) > MARGIN, gains
 
 
