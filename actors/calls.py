@@ -14,6 +14,7 @@ from typing import Any, Callable, TypeVar
 
 from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskResults
 from fedclock.actors.transport import Transport, actor_id
+from fedclock.actors.watchdog import TaskHung
 
 R = TypeVar("R")
 
@@ -79,6 +80,8 @@ class ActorCalls:
         while True:
             try:
                 return fetch()
+            except TaskHung as exc:  # on Ray, the executor's error with Ray's traceback around it
+                raise TaskHung(str(getattr(exc, "cause", exc))) from None
             except Exception as exc:
                 tries += 1
                 if tries > MAX_TASK_RETRIES and self.t.lost_actor(exc) not in (None, actor_id(self.server)):

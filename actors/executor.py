@@ -11,8 +11,10 @@ from typing import Any
 
 import torch
 
+from fedclock.actors.cuda_kernels import exact_cuda_kernels
 from fedclock.actors.federation import Federation
 from fedclock.actors.task_io import TaskInputs, TaskReport
+from fedclock.actors.watchdog import wall_limit
 from fedclock.actors.wire import map_tensors
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, EvalResult, ServerState, Tensors
 from fedclock.algorithms.vectorized import client_updates
@@ -42,13 +44,17 @@ class ClientExecutor:
         self.seed = 0
         self.device = torch.device("cpu")
         self.vectorize = 1
+        self.wall_timeout_s: float | None = None
 
     def setup(self, federation: Federation, algorithm: Algorithm, seed: int, device: str = "cpu",
-              vectorize: int = 1) -> bool:
+              vectorize: int = 1, wall_timeout_s: float | None = None) -> bool:
         """Load one run's data and algorithm; ``vectorize`` > 1 also evaluates up to that many
         clients' models at once when the algorithm can (:mod:`fedclock.algorithms.vectorized_eval`)."""
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            exact_cuda_kernels()
         self.vectorize = vectorize
+        self.wall_timeout_s = wall_timeout_s
         self.federation = federation
         self.algorithm = algorithm.to(self.device)
         self.seed = seed
@@ -65,7 +71,8 @@ class ClientExecutor:
         assert self.algorithm is not None, "executor used before setup()"
         rng = torch_rng(self.seed, Stream.TASK, inputs.client, inputs.client_task)
         data = self._task_data(inputs.client, inputs.steps)
-        result = self.algorithm.client_update(inputs.payload, inputs.state, data, rng)
+        with wall_limit(self.wall_timeout_s, f"client {inputs.client}'s task {inputs.client_task}"):
+            result = self.algorithm.client_update(inputs.payload, inputs.state, data, rng)
         return compact(result.upload), compact(result.state), self._reported(result, data)
 
     def train_many(self, *tasks: TaskInputs) -> tuple[object, ...]:
@@ -76,7 +83,9 @@ class ClientExecutor:
         assert self.algorithm is not None, "executor used before setup()"
         datas = [self._task_data(int(t.client), t.steps) for t in tasks]
         rngs = [torch_rng(self.seed, Stream.TASK, int(t.client), int(t.client_task)) for t in tasks]
-        results = client_updates(self.algorithm, [t.payload for t in tasks], [t.state for t in tasks], datas, rngs)
+        what = ", ".join(f"client {t.client}'s task {t.client_task}" for t in tasks)
+        with wall_limit(self.wall_timeout_s, f"{what} (trained at once)"):
+            results = client_updates(self.algorithm, [t.payload for t in tasks], [t.state for t in tasks], datas, rngs)
         out: list[object] = []
         for result, data in zip(results, datas):
             out += [compact(result.upload), compact(result.state), self._reported(result, data)]

@@ -178,7 +178,7 @@ class Runtime:
         executors = self._executors(cfg, count)
         t = self.transport
         fed_h, alg_h = t.put(federation), t.put(algorithm)
-        setup = (fed_h, alg_h, seed, cfg.device, cfg.vectorize)
+        setup = (fed_h, alg_h, seed, cfg.device, cfg.vectorize, cfg.task_wall_timeout_s)
         unique = list({id(e): e for e in executors}.values())
         for e, handle in [(e, t.call(e, "setup", *setup)) for e in unique]:
             try:

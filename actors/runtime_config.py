@@ -16,14 +16,19 @@ MAX_ACTOR_CPUS = 1024.0
 MAX_ACTOR_GPUS = 64.0
 """runtime.num_gpus (per actor)."""
 
+MAX_TASK_WALL_S = 7 * 86400.0
+"""runtime.task_wall_timeout_s."""
+
 MAX_VECTORIZE = 1024
 """runtime.vectorize (clients trained at once by one executor)."""
 
 
 class RuntimeConfig(StrictModel):
-    """Where the real compute runs. Results do not depend on these settings, with two
+    """Where the real compute runs. Results do not depend on these settings, with three
     exceptions within float rounding: ``threads_per_actor`` > 1 (PyTorch's CPU kernels split
-    their sums by thread count) and ``vectorize`` > 1 (batched kernels)."""
+    their sums by thread count), ``vectorize`` > 1 (batched kernels) and ``device: cuda``
+    (the GPU's kernels against the CPU's; on the GPU, backends and actor counts still give
+    bit-identical tables: :mod:`fedclock.actors.cuda_kernels`)."""
 
     backend: Literal["ray", "inline"] = "ray"
     address: str | None = Field(default=None, description="Ray cluster address; default starts a local Ray")
@@ -42,3 +47,6 @@ class RuntimeConfig(StrictModel):
         default=None, description="Ray, pooled executors, no vectorize: the tasks started at one virtual instant "
         "reach the executors in one call per executor (default), or in calls of at most this many tasks (1 = a "
         "call per task); each task runs as on its own, so the numbers never change")
+    task_wall_timeout_s: Annotated[PositiveFloat, Field(le=MAX_TASK_WALL_S)] | None = Field(
+        default=None, description="fail the run, naming the client and task, when one client task runs longer "
+        "than this many seconds of wall time (a plugin that hangs; fedclock.actors.watchdog); default: no limit")

@@ -257,6 +257,11 @@ class Algorithm(ABC, Generic[P]):
     flat model over the task, so ``upload.compression`` may encode it
     (:mod:`fedclock.algorithms.compressed`). Not inherited, like ``vectorizable``: a subclass
     that uploads anything else must not claim it."""
+    upload_is_model: ClassVar[bool] = False
+    """True when every upload is ``{"weights": w_local}``, the whole flat model trained from
+    the received ``payload["weights"]``, so ``upload.compression`` may encode its difference
+    from the received model (:mod:`fedclock.algorithms.compressed`). Not inherited, like
+    ``upload_is_delta``."""
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised"})
     """Local objectives it trains with (``supervised``; ``simclr``/``simsiam`` through
     :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Not inherited, like ``vectorizable``:
@@ -278,7 +283,8 @@ class Algorithm(ABC, Generic[P]):
         attributes of every concrete subclass (a mistake fails at import, naming it)."""
         super().__init_subclass__(**kwargs)
         for attribute, default in (("vectorizable", False), ("objectives", frozenset({"supervised"})),
-                                   ("stateless_clients", False), ("upload_is_delta", False)):
+                                   ("stateless_clients", False), ("upload_is_delta", False),
+                                   ("upload_is_model", False)):
             if attribute not in cls.__dict__:
                 setattr(cls, attribute, default)
         lines = _docstring_lines(cls)
@@ -409,6 +415,12 @@ class Algorithm(ABC, Generic[P]):
         the global model: the version does not move and what :meth:`payload_for` sends at
         this version must stay the same. Draws nothing at random."""
         return state
+
+    def server_formula_flops(self, arrivals: int) -> int:
+        """FLOPs of the server step's work that runs outside PyTorch (NumPy, SciPy) for
+        ``arrivals`` arrivals, stated by a formula (optional hook; default 0). The torch part
+        of the step is counted on its own (:mod:`fedclock.algorithms.server_cost`)."""
+        return 0
 
     @property
     def hears_failures(self) -> bool:

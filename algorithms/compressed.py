@@ -5,9 +5,20 @@ decodes it on the server before the algorithm aggregates it, so the server aggre
 a real system would receive and accuracy pays what the codec loses. It applies to
 algorithms that declare ``upload_is_delta`` (their upload is ``{"delta": w_local -
 w_received}``, the change of the whole flat model: FedAvg, FedProx, FedSAM, FedNova,
-FedBuff); the loader refuses it for any other (an upload of the model itself, as FedAsync's,
-would need the server to keep every version a client may have started from; uploads of
+FedBuff) or ``upload_is_model`` (their upload is the trained model itself, ``{"weights":
+w_local}``: FedAsync, FedAvg-async, pFedMe); the loader refuses it for any other (uploads of
 several kinds of tensors, as SCAFFOLD's, are not covered).
+
+**Model uploads** are encoded as their difference from the model the client received,
+``w_local - w_received`` (a model itself does not survive a top-k or a coarse quantizer; its
+change over one task does, as a delta does), and decoded on the server by adding the decoded
+difference back to ``w_received``. The server knows ``w_received``: it is the model it sent
+at the task's ``version_dispatched`` (after ``download.compression``, the rounded one the
+client decoded). The simulator hands that copy to the server with the arrival, under the
+upload key ``"weights.received"``, instead of keeping every version a task in flight may
+have started from; the copy is *not* charged (``upload_bytes`` counts only the codec's
+message, exactly as for a delta), and the decoded model is the one a server keeping those
+versions would compute. With ``fp16`` the message is 2 bytes a parameter, as for a delta.
 
 How it runs (:func:`with_links`, a subclass of the algorithm's own class, so every other hook
 and attribute is the algorithm's):
@@ -26,11 +37,14 @@ and attribute is the algorithm's):
   count (:mod:`fedclock.algorithms.compression`), so the clock's upload time shrinks with it.
 
 ``download.compression`` (:class:`DownloadConfig`) accepts ``fp16`` only: the server sends
-the weights in half precision and the client trains from (and computes its delta against)
-the rounded weights; the download is charged 2 bytes per parameter. Quantizing or
-sparsifying the model itself is refused: a top-k of the weights drops most of the model,
-and error feedback on a broadcast needs the server to keep, per client, what that client
-holds, while a client of cross-device FL may come back after any number of versions.
+the weights in half precision and the client trains from (and computes its delta, or its
+model upload's difference, against) the rounded weights; the download is charged 2 bytes per
+parameter. That is sound for both kinds of upload: what the client trains from is exactly
+what it decoded, and the server's reference for a model upload is the same rounded model.
+Quantizing or sparsifying the model itself is refused: a top-k of the weights drops most of
+the model, and sending instead the difference from the client's last model (the sound way
+to compress a download) needs the server to keep, per client, what that client holds, while
+a client of cross-device FL may come back after any number of versions or never.
 """
 from __future__ import annotations
 
@@ -48,8 +62,13 @@ from fedclock.algorithms.compression import Codec, Fp16
 RESIDUAL = "upload_residual"
 """Client-state key of the error-feedback residual."""
 DELTA = "delta"
-"""Upload key of the update the codec encodes."""
-_PREFIX = DELTA + "."
+"""Upload key of the update the codec encodes (``upload_is_delta``)."""
+MODEL = "weights"
+"""Upload key of the model whose difference from the received one the codec encodes
+(``upload_is_model``)."""
+RECEIVED = "received"
+"""Suffix of the uncharged upload key ``"weights.received"``: the model the client received,
+the server's own copy (see the module's docstring)."""
 
 A = TypeVar("A", bound=Algorithm)
 
@@ -89,9 +108,10 @@ def links_problem(cls: type[Algorithm], upload: UploadConfig, download: Download
     if upload.compression is None and download.compression is None:
         return None
     field = "upload.compression" if upload.compression is not None else "download.compression"
-    if not cls.upload_is_delta:
-        return (f"{field}: algorithm {cls.name!r} does not upload a model delta (allowed with algorithms "
-                f"that declare upload_is_delta, e.g. fedavg, fedprox, fedsam, fednova, fedbuff)")
+    if not (cls.upload_is_delta or cls.upload_is_model):
+        return (f"{field}: algorithm {cls.name!r} uploads neither a model delta nor the model (allowed with "
+                f"algorithms that declare upload_is_delta or upload_is_model, e.g. fedavg, fedprox, fedsam, fednova, "
+                f"fedbuff, fedasync, fedavg_async, pfedme)")
     if vectorize > 1:
         return f"{field}: clients run one at a time with compression (runtime.vectorize must be 1)"
     return None
@@ -139,28 +159,38 @@ class CompressedLinks(_Mixin):
     def _num_params(self) -> int:
         return int(self.model_factory.num_params)
 
+    @property
+    def _key(self) -> str:
+        """The upload key the codec encodes: ``"delta"``, or ``"weights"`` for a model upload."""
+        return DELTA if type(self).upload_is_delta else MODEL
+
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
         """The algorithm's update from the decoded payload, its delta encoded (see the module)."""
         residual = None if client_state is None else client_state.get(RESIDUAL)
-        result: ClientResult = super().client_update(
-            self._received(payload), own_state(client_state), data, rng)
+        received = self._received(payload)
+        result: ClientResult = super().client_update(received, own_state(client_state), data, rng)
         codec = self.upload_codec
         if codec is None:
             return result
         upload = dict(result.upload)
-        delta = upload.pop(DELTA)
+        key = self._key
+        sent = upload.pop(key)
         n = self._num_params()
-        if delta.numel() != n:
-            raise ValueError(f"upload.compression: the upload's delta has {delta.numel()} values, the model {n}")
-        update = delta.reshape(-1).to(torch.float32)
+        if sent.numel() != n:
+            raise ValueError(f"upload.compression: the upload's {key} has {sent.numel()} values, the model {n}")
+        update = sent.reshape(-1).to(torch.float32)
+        if key == MODEL:  # a model upload: its difference from the model received
+            reference = received[MODEL].reshape(-1).to(update)
+            update = update - reference
+            upload[f"{MODEL}.{RECEIVED}"] = reference
         if residual is not None:
             update = update + residual.to(update)
         message = codec.encode(update, rng)
         state = result.state
         if codec.keeps_residual():
             state = {**(state or {}), RESIDUAL: update - codec.decode(message, n)}
-        upload.update({_PREFIX + k: v for k, v in message.items()})
+        upload.update({f"{key}.{k}": v for k, v in message.items()})
         return dataclasses.replace(result, upload=upload, state=state)
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
@@ -172,11 +202,19 @@ class CompressedLinks(_Mixin):
         return out
 
     def decoded(self, upload: Tensors) -> Tensors:
-        """An upload with its encoded ``"delta.*"`` message replaced by the decoded ``"delta"``."""
+        """An upload with its encoded ``"delta.*"`` message replaced by the decoded
+        ``"delta"``; for a model upload, its ``"weights.*"`` message by the received model
+        plus the decoded difference."""
         assert self.upload_codec is not None
-        message = {k[len(_PREFIX):]: v for k, v in upload.items() if k.startswith(_PREFIX)}
-        rest = {k: v for k, v in upload.items() if not k.startswith(_PREFIX)}
-        return {**rest, DELTA: self.upload_codec.decode(message, self._num_params())}
+        key = self._key
+        prefix = key + "."
+        reference = upload.get(f"{MODEL}.{RECEIVED}") if key == MODEL else None
+        message = {k[len(prefix):]: v for k, v in upload.items() if k.startswith(prefix) and k != f"{MODEL}.{RECEIVED}"}
+        rest = {k: v for k, v in upload.items() if not k.startswith(prefix)}
+        value = self.upload_codec.decode(message, self._num_params())
+        if reference is not None:
+            value = reference.to(value) + value
+        return {**rest, key: value}
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
@@ -198,7 +236,8 @@ def _linked_class(cls: type[Algorithm]) -> type[Algorithm]:
     """``cls`` with :class:`CompressedLinks` in front (one class per algorithm class)."""
     body: dict[str, Any] = {"__doc__": cls.__doc__, "__qualname__": f"CompressedLinks[{cls.__qualname__}]",
                             "vectorizable": False, "objectives": cls.objectives,
-                            "stateless_clients": cls.stateless_clients, "upload_is_delta": True}
+                            "stateless_clients": cls.stateless_clients, "upload_is_delta": cls.upload_is_delta,
+                            "upload_is_model": cls.upload_is_model}
     return type(cls.__name__, (CompressedLinks, cls), body)
 
 

@@ -83,6 +83,7 @@ class FedAsync(Algorithm[FedAsyncParams]):
     paper: ClassVar[str] = "Xie, Koyejo, Gupta, Asynchronous Federated Optimization, arXiv:1903.03934, 2019"
     Params: ClassVar[type[AlgorithmParams]] = FedAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
+    upload_is_model: ClassVar[bool] = True
     vectorizable: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,

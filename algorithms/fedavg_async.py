@@ -55,6 +55,7 @@ class FedAvgAsync(LocalSGDClient, Algorithm[FedAvgAsyncParams]):
                             "leap gradient approximation); FedAvg: McMahan et al., AISTATS 2017")
     Params: ClassVar[type[AlgorithmParams]] = FedAvgAsyncParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync", "async"})
+    upload_is_model: ClassVar[bool] = True
     vectorizable: ClassVar[bool] = True
 
     @classmethod

@@ -14,7 +14,7 @@ from fedclock.algorithms.base import Algorithm, AlgorithmParams, Arrival, Client
 from fedclock.algorithms.features import body_and_head_upload, class_feature_stats, feature_dim, \
     join_parts, mean_body_and_head
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.simplex_qp import solve_simplex_qp
+from fedclock.algorithms.simplex_qp import qp_flops, solve_simplex_qp
 from fedclock.algorithms.training import local_sgd
 
 
@@ -224,6 +224,10 @@ class FedPAC(Algorithm[FedPACParams]):
         metrics = {"head_loss": m_head["train_loss"], "train_loss": m_body["train_loss"],
                    "steps": m_head["steps"] + m_body["steps"]}
         return ClientResult(upload=upload, state={"head": upload["head"]}, num_samples=n, metrics=metrics)
+
+    def server_formula_flops(self, arrivals: int) -> int:
+        """One simplex QP of the cohort's size per member (:func:`~fedclock.algorithms.simplex_qp.qp_flops`)."""
+        return arrivals * qp_flops(arrivals) if self.params.collaborate_heads else 0
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -44,14 +44,20 @@ META = torch.device("meta")
 
 
 class MetaRun(TorchDispatchMode):
-    """Keeps a run on the meta device: see the module's docstring for what it changes."""
+    """Keeps a run on the meta device: see the module's docstring for what it changes.
+    ``boolean``: what a read of a boolean tensor gives (False on a client; a counted server
+    step passes True, so its checks that every upload is finite pass)."""
+
+    def __init__(self, boolean: bool = False) -> None:
+        super().__init__()
+        self.boolean = boolean
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default:
             dtype = args[0].dtype
-            return 1.0 if dtype.is_floating_point or dtype.is_complex else False if dtype == torch.bool else 0
+            return 1.0 if dtype.is_floating_point or dtype.is_complex else self.boolean if dtype == torch.bool else 0
         if kwargs.get("device") not in (None, META):
             kwargs = dict(kwargs, device=META)
 

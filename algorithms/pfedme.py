@@ -45,6 +45,7 @@ class PFedMe(Algorithm[PFedMeParams]):
     paper: ClassVar[str] = "Dinh, Tran, Nguyen, Personalized Federated Learning with Moreau Envelopes, NeurIPS 2020"
     Params: ClassVar[type[AlgorithmParams]] = PFedMeParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    upload_is_model: ClassVar[bool] = True
 
     def init_server(self, rng: torch.Generator) -> ServerState:
         return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})

@@ -44,16 +44,33 @@ def _support_solution(q: np.ndarray, support: list[int]) -> np.ndarray:
     return np.linalg.solve(kkt, rhs)[:k]
 
 
+def qp_flops(m: int) -> int:
+    """FLOPs charged for one :func:`solve_simplex_qp` of an ``m x m`` problem (a stated
+    formula: the solve runs in NumPy, which no counter sees). The active-set method adds one
+    coordinate per iteration in the usual case, so ``m`` iterations; iteration ``k`` solves a
+    ``(k + 1)``-square KKT system by LU (``2 (k + 1)^3 / 3`` FLOPs) and forms the gradient
+    ``2 Q a`` (``2 m^2``). A 1x1 problem costs nothing."""
+    if m <= 1:
+        return 0
+    return sum(2 * (k + 1) ** 3 // 3 + 2 * m * m for k in range(1, m + 1))
+
+
 def solve_simplex_qp(q: torch.Tensor, tol: float = 1e-12) -> torch.Tensor:
     """A minimizer of ``a^T q a`` over the probability simplex (float64 CPU tensor).
 
     ``q`` must be square, symmetric and positive semi-definite (it is symmetrized as
     ``(q + q^T) / 2``). A 1x1 problem returns ``[1]``; an all-zero ``q`` (every point optimal)
     returns uniform weights. ``tol`` is relative to the largest diagonal entry.
+
+    A *meta* ``q`` (a counted server step, :mod:`fedclock.algorithms.server_cost`) has no
+    values to solve for: it gets the uniform weights (as meta), and the solve is charged by
+    :func:`qp_flops` instead.
     """
     if q.dim() != 2 or q.shape[0] != q.shape[1] or q.shape[0] == 0:
         raise ValueError(f"solve_simplex_qp: need a non-empty square matrix, got shape {tuple(q.shape)}")
     m = q.shape[0]
+    if q.device.type == "meta":
+        return torch.full((m,), 1.0 / m, dtype=torch.float64, device=q.device)
     mat = q.detach().to(dtype=torch.float64, device="cpu").numpy()
     mat = 0.5 * (mat + mat.T)
     scale = float(np.max(np.abs(np.diag(mat)))) if m else 0.0

@@ -14,7 +14,8 @@ start weights, every client with its own seeded batch order.
 Both sides use ``--threads`` PyTorch threads (default 1, what a fedclock executor uses with
 ``threads_per_actor: 1``) and run on ``--device`` (default ``cpu``; ``cuda`` puts the model,
 the data and the start weights on the GPU for both sides, and the timings wait for the
-device to finish). Configurations (``model:side:hidden``): the MLP with the
+device to finish; on CUDA both run the kernels a fedclock executor runs there:
+:func:`fedclock.actors.cuda_kernels.exact_cuda_kernels`). Configurations (``model:side:hidden``): the MLP with the
 project's default hidden layer on 8x8 inputs (digits) and the FedAvg paper's 784-200-200-10
 "2NN" on 28x28, the SPFL/PLGA CNN on 8x8 and 28x28, and the FedReCo 5-layer CNN (``cnn5``)
 on 8x8. Each side runs once as a warm-up (2 steps), then is timed once; both sides must end
@@ -33,7 +34,7 @@ evaluate vectorized (Ditto's personal models, FedAvg-FT's fine-tune-then-test). 
 runs once untimed, then three times, alternately with the other; the fastest time counts.
 
     python benchmarks/vectorized.py [--clients 32] [--samples 100] [--batch 10] [--threads 1] [--device cpu]
-                                    [--configs mlp:8:128,mlp:28:200-200,spfl_cnn:8,spfl_cnn:28,cnn5:8]
+                                    [--configs mlp:8:128,mlp:28:200-200,spfl_cnn_padded:8,spfl_cnn:28,cnn5:8]
                                     [--algorithms fedavg,scaffold,...]
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Callable
 
 import torch
 
+from fedclock.actors.cuda_kernels import exact_cuda_kernels
 from fedclock.algorithms.base import AlgorithmParams, ClientData
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
@@ -166,7 +168,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100, help="training samples per client")
     parser.add_argument("--batch", type=int, default=10, help="mini-batch size B")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch threads (both sides)")
-    parser.add_argument("--configs", default="mlp:8:128,mlp:28:200-200,spfl_cnn:8,spfl_cnn:28,cnn5:8",
+    parser.add_argument("--configs", default="mlp:8:128,mlp:28:200-200,spfl_cnn_padded:8,spfl_cnn:28,cnn5:8",
                         help="model:side[:hidden widths joined by -]")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     parser.add_argument("--algorithms", default="", help="comma-separated algorithm names: time their client "
@@ -176,6 +178,8 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "vectorized.py: error: --device cuda: no CUDA device here\n")
+    if device.type == "cuda":  # the kernels a fedclock executor runs on CUDA (full float32, deterministic cuDNN)
+        exact_cuda_kernels()
     torch.set_num_threads(args.threads)
     steps = -(-args.samples // args.batch)
     print(f"K={args.clients} clients x {args.samples} samples, B={args.batch}, 1 local epoch = {steps} steps, "

@@ -36,6 +36,7 @@ from fedclock.scenarios.loader import Override, ScenarioError, Suite, load_suite
 from fedclock.scenarios.plugins import find
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
+from fedclock.scenarios.run_costs import CountedCosts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,11 +182,12 @@ def execute(suite: Suite, out: Path | None, resume: bool = False,
     runtime = Runtime(first.backend, first.address, prestart=(first, suite.runs[0].population.num_clients),
                       py_modules=modules_to_ship(suite.runs))
     summaries = []
+    costs = CountedCosts()  # counted once per session (fedclock.scenarios.run_costs)
     try:
         for i, scenario in enumerate(suite.runs):
             progress = on_start(scenario) if on_start is not None else None
             summary = run_scenario(scenario, runtime, run_out_dir(suite, i, out), on_progress=progress, resume=resume,
-                                   on_note=on_note, overwrite=overwrite)
+                                   on_note=on_note, overwrite=overwrite, costs=costs)
             if on_finish is not None:
                 on_finish(summary)
             summaries.append(summary)

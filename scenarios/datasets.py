@@ -62,7 +62,7 @@ __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "dat
 DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                                   "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
                                   "femnist", "shakespeare", "synthetic_leaf",
-                                  "mnist1d")
+                                  "mnist1d", "sent140", "celeba")
 
 DATASET_SUMMARIES: dict[str, str] = {
     "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
@@ -84,6 +84,9 @@ DATASET_SUMMARIES: dict[str, str] = {
                    "windows, next-character targets over LEAF's 80 letters",
     "synthetic_leaf": "client files (format leaf): LEAF's Synthetic data set, one client per user, vectors",
     "mnist1d": "MNIST-1D: 40-long 1-D digit signals, generated locally (mnist1d package, no download), 10 classes",
+    "sent140": "client files (format leaf): Sentiment140 tweets, one client per Twitter user, 25 word indices, "
+               "2 classes",
+    "celeba": "client files (format leaf): CelebA faces, one client per celebrity, 84x84 colour, smiling or not",
 }
 
 # Fixed stream ids: each random use gets its own generator seeded by (seed, stream).

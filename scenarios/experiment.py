@@ -20,6 +20,7 @@ from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.task_cost import TaskCost
+from fedclock.scenarios.run_costs import CountedCosts
 from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
@@ -32,9 +33,8 @@ from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_dis
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import AsyncMode, Scenario, SyncMode
-from fedclock.scheduling.availability import population_availability
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
-from fedclock.scheduling.population import client_classes
+from fedclock.scheduling.population import client_classes, population_availability
 from fedclock.scheduling.devices import Devices, task_timing
 from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
 from fedclock.scheduling.timeline import Timeline, client_tags
@@ -114,8 +114,12 @@ MAX_SERVER_RESTARTS = 3
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                  on_progress: Callable[[float, int, int, float | None], None] | None = None,
                  federation: Federation | None = None, resume: bool = False,
-                 on_note: Callable[[str], None] | None = None, overwrite: bool = False) -> RunSummary:
+                 on_note: Callable[[str], None] | None = None, overwrite: bool = False,
+                 costs: CountedCosts | None = None) -> RunSummary:
     """Run one scenario on ``runtime`` and write its results under ``out_dir``.
+
+    ``costs``: the counted costs this run shares with the other runs of its session
+    (:mod:`fedclock.scenarios.run_costs`); None: the run counts its own.
 
     With ``output.checkpoint_every`` the run writes checkpoints (:mod:`fedclock.scenarios.checkpoints`)
     and, if the server actor dies, goes on from the last one on a fresh server actor. With
@@ -136,7 +140,8 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     except OSError as exc:
         raise _output_error(exc, out_dir, resume) from None
     try:
-        summary = _run_scenario(scenario, runtime, out_dir, on_progress, federation, resume, on_note, status.run_id)
+        summary = _run_scenario(scenario, runtime, out_dir, on_progress, federation, resume, on_note, status.run_id,
+                                costs if costs is not None else CountedCosts())
     except OSError as exc:
         error = _output_error(exc, out_dir, any(p.name.isdigit() for p in checkpoint_dir(out_dir).glob("*")))
         finish(out_dir, status, FAILED, str(error) if error is not exc else f"{type(exc).__name__}: {exc}")
@@ -188,7 +193,7 @@ class Interrupted(BaseException):
 def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   on_progress: Callable[[float, int, int, float | None], None] | None,
                   federation: Federation | None, resume: bool, on_note: Callable[[str], None] | None,
-                  run_id: str) -> RunSummary:
+                  run_id: str, costs: CountedCosts) -> RunSummary:
     """:func:`run_scenario` in a folder already taken by the run ``run_id``."""
     started = time.perf_counter()
     seed = scenario.seed
@@ -205,7 +210,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     for attempt in range(MAX_SERVER_RESTARTS + 1):
         try:  # the clock, then what still reads the server's state after it
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
-                                                                 algorithm, checkpoint, mark, run_id)
+                                                                 algorithm, checkpoint, mark, costs, run_id)
             run_analysis(scenario, algorithm, federation, session, out_dir, writer.last_round)
             finals = session.final_states() if supports_linear_eval(algorithm) or has_diagnostics(algorithm) else None
             break
@@ -266,7 +271,8 @@ def _save_checkpoint(writer: ResultsWriter, out_dir: Path, ckpt: Checkpoint, mar
 def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                on_progress: Callable[[float, int, int, float | None], None] | None, federation: Federation,
                algorithm: Algorithm, checkpoint: Checkpoint | None,
-               mark: str, run_id: str = "") -> tuple[Session, Clock, ResultsWriter, Devices, str]:
+               mark: str, counted: CountedCosts,
+               run_id: str = "") -> tuple[Session, Clock, ResultsWriter, Devices, str]:
     """Build the run's session, recorder and clock (replaying up to ``checkpoint`` if given)
     and run the clock to its end."""
     seed = scenario.seed
@@ -282,7 +288,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if cka_at is not None:
         session.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
                                                lambda: clock.round, None if checkpoint is None else checkpoint.version)
-    task_cost = counted_cost(algorithm, federation.x.dtype)
+    task_cost = counted.task(algorithm, federation.x.dtype)
+    server_cost = counted.server(algorithm, federation.x.dtype)
     costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
     feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
     timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
@@ -309,29 +316,12 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   backend=backend, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
-                  disclose=scenario.selection.disclose, feasible=feasible)
+                  disclose=scenario.selection.disclose, feasible=feasible,
+                  server_seconds=scenario.server.step_seconds(server_cost.flops))
     reason = clock.run()
     if replay is not None:
         replay.finished()
     return session, clock, writer, devices, reason
-
-
-_COSTS: dict[tuple[object, ...], TaskCost] = {}
-"""Counted costs by (algorithm class, its parameters, model, input dtype): counting is pure
-(the same inputs give the same numbers), so runs of one process that share an algorithm
-and model (the runs of a file, the seeds of a run) count it once."""
-
-
-def counted_cost(algorithm: Algorithm, input_dtype: torch.dtype) -> TaskCost:
-    """The counted FLOPs and memory of ``algorithm``'s tasks
-    (:class:`~fedclock.algorithms.task_cost.TaskCost`), shared by runs with the same
-    algorithm, parameters, model and input type."""
-    f = algorithm.model_factory
-    key = (type(algorithm), algorithm.params.model_dump_json(), f.name, tuple(f.input_shape), f.num_classes,
-           tuple(f.hidden), f.init_seed, id(f.builder), algorithm.num_clients, input_dtype)
-    if key not in _COSTS:
-        _COSTS[key] = TaskCost(algorithm, input_dtype)
-    return _COSTS[key]
 
 
 def task_costs(algorithm: Algorithm, cost: TaskCost, unit: str) -> TaskCosts:

@@ -19,6 +19,23 @@ Per data set:
   (LEAF's own lookup would give -1, which its embedding cannot take).
 * ``synthetic_leaf``: ``x`` are equal-length vectors, ``y`` class indices; the classes are
   the largest label + 1.
+* ``sent140``: ``x`` are LEAF's tweet records (the Sentiment140 CSV row without its polarity:
+  id, date, query, user, tweet, and LEAF's training/test tag), the tweet at index 4; ``y`` is
+  0 or 1 (LEAF writes 1 for polarity 4). A tweet is split into words as LEAF's
+  ``split_line`` does (runs of word characters and apostrophes, and each of ``.,!?;``) and
+  becomes :data:`SENT140_WORDS` word indices, cut or padded with the unknown index as LEAF's
+  ``line_to_indices`` does. **Choice:** LEAF indexes GloVe's vocabulary, which is not in the
+  files; here the vocabulary is the words of the training tweets, most frequent first (ties
+  alphabetical), at most :data:`SENT140_VOCAB` of them, so indices are 0..SENT140_VOCAB and
+  :data:`SENT140_VOCAB` stands for any other word and for padding, whatever the files (a
+  model's embedding has ``SENT140_VOCAB + 1`` rows). Inputs are ``(25,)``, 2 classes.
+* ``celeba``: ``x`` are image file names under ``<root>/raw/img_align_celeba/`` (where LEAF's
+  preprocessing leaves CelebA's aligned images, beside ``train/`` and ``test/``), ``y`` is 0
+  or 1 (LEAF's attribute: smiling). Images are read as LEAF's CelebA model reads them: resized
+  to 84x84 with Pillow's default filter, converted to RGB, values 0..255 unscaled, read as
+  ``(3, 84, 84)``. A missing or unreadable image is an error naming it. Every image is held
+  in memory (84.7 KB as float32): LEAF's whole CelebA (about 200k images) does not fit, use a
+  sample of its users.
 
 Any departure from this layout is a one-line :class:`~fedclock.scenarios.datasets.DatasetError`
 naming the file and what is wrong.
@@ -26,6 +43,9 @@ naming the file and what is wrong.
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,7 +54,8 @@ import numpy as np
 from fedclock.scenarios.datasets import DatasetError
 from fedclock.scenarios.user_data import UserData
 
-__all__ = ["LEAF_LETTERS", "FEMNIST_CLASSES", "read_leaf", "letter_indices"]
+__all__ = ["LEAF_LETTERS", "FEMNIST_CLASSES", "SENT140_WORDS", "SENT140_VOCAB", "CELEBA_SIDE", "CELEBA_IMAGES",
+           "read_leaf", "letter_indices", "split_words"]
 
 LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
 """LEAF's Shakespeare vocabulary, in its order (80 characters)."""
@@ -42,6 +63,17 @@ FEMNIST_CLASSES = 62
 """Digits, upper- and lower-case letters."""
 WINDOW = 80
 """Characters of a Shakespeare input."""
+
+SENT140_WORDS = 25
+"""Words of a Sent140 input (LEAF's ``max_words``)."""
+SENT140_VOCAB = 10_000
+"""Most frequent training words indexed for Sent140; index ``SENT140_VOCAB`` is any other word
+and padding."""
+CELEBA_SIDE = 84
+"""Side of a CelebA input image (LEAF's ``IMAGE_SIZE``)."""
+CELEBA_IMAGES = Path("raw") / "img_align_celeba"
+"""Where CelebA's images are, relative to ``dataset.root``."""
+_WORD = re.compile(r"[\w']+|[.,!?;]")
 
 _TABLE = np.full(0x10000, -1, dtype=np.int64)
 _TABLE[[ord(c) for c in LEAF_LETTERS]] = np.arange(len(LEAF_LETTERS))
@@ -97,6 +129,57 @@ def _vectors(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
     return xs, _labels(y, None)
 
 
+def split_words(text: str) -> list[str]:
+    """A tweet's words as LEAF's ``split_line`` gives them."""
+    return _WORD.findall(text)
+
+
+def _sent140(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    """The tweets' word lists (an object array; indexed once the vocabulary is known) and labels."""
+    if not all(isinstance(r, list) and len(r) >= 5 and all(isinstance(f, str) for f in r) for r in x):
+        raise _Bad("x must be LEAF's tweet records (lists of at least 5 strings: id, date, query, user, tweet)")
+    words = np.empty(len(x), dtype=object)
+    words[:] = [split_words(r[4]) for r in x]
+    return words, _labels(y, 2)
+
+
+def _celeba(images: Path, x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    if not all(isinstance(name, str) and name for name in x):
+        raise _Bad(f"x must be image file names (under {images})")
+    return np.stack([_face(images, name) for name in x]), _labels(y, 2)
+
+
+def _face(images: Path, name: str) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    path = images / name
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such image (LEAF's CelebA images are under <root>/{CELEBA_IMAGES.as_posix()})")
+    try:
+        with Image.open(path) as img:
+            rgb = img.resize((CELEBA_SIDE, CELEBA_SIDE)).convert("RGB")
+            return np.asarray(rgb, dtype=np.float32).transpose(2, 0, 1).copy()
+    except (UnidentifiedImageError, OSError) as exc:
+        raise DatasetError(f"{path}: not a readable image ({type(exc).__name__})") from None
+
+
+def _index_words(users: list[UserData]) -> list[UserData]:
+    """Sent140's word lists as :data:`SENT140_WORDS` indices over the training tweets'
+    vocabulary (module docstring)."""
+    counts = Counter(w for u in users for words in u.x_train for w in words)
+    vocab = sorted(counts, key=lambda w: (-counts[w], w))[:SENT140_VOCAB]
+    index = {w: i for i, w in enumerate(vocab)}
+
+    def indices(tweets: np.ndarray) -> np.ndarray:
+        out = np.full((len(tweets), SENT140_WORDS), SENT140_VOCAB, dtype=np.float32)
+        for row, words in enumerate(tweets):
+            ids = [index.get(w, SENT140_VOCAB) for w in words[:SENT140_WORDS]]
+            out[row, :len(ids)] = ids
+        return out
+
+    return [UserData(u.user, indices(u.x_train), u.y_train, indices(u.x_test), u.y_test) for u in users]
+
+
 def _labels(y: list, classes: int | None) -> np.ndarray:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in y):
         raise _Bad("y must be integer class labels")
@@ -109,13 +192,13 @@ def _labels(y: list, classes: int | None) -> np.ndarray:
 
 
 _CONVERT: dict[str, Callable[[list, list], tuple[np.ndarray, np.ndarray]]] = {
-    "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _vectors}
+    "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _vectors, "sent140": _sent140}
 
 
 def read_leaf(name: str, root: Path) -> tuple[list[UserData], int]:
     """Every user of ``root/train`` and ``root/test`` (train users first, in file order, then
     users found only in test files) and the number of classes."""
-    convert = _CONVERT[name]
+    convert = partial(_celeba, root / CELEBA_IMAGES) if name == "celeba" else _CONVERT[name]
     train = _read_folder(root, "train", convert)
     test = _read_folder(root, "test", convert)
     users: list[UserData] = []
@@ -124,6 +207,8 @@ def read_leaf(name: str, root: Path) -> tuple[list[UserData], int]:
         users.append(UserData(user, x, y, xt, yt))
     for user, (xt, yt) in test.items():
         users.append(UserData(user, xt[:0], yt[:0], xt, yt))
+    if name == "sent140":
+        users = _index_words(users)
     shapes = {u.x_train.shape[1:] if len(u.y_train) else u.x_test.shape[1:] for u in users}
     if len(shapes) > 1:
         raise DatasetError(f"dataset.root: the users under {root} have samples of different shapes "
@@ -132,6 +217,8 @@ def read_leaf(name: str, root: Path) -> tuple[list[UserData], int]:
         classes = FEMNIST_CLASSES
     elif name == "shakespeare":
         classes = len(LEAF_LETTERS)
+    elif name in ("sent140", "celeba"):
+        classes = 2
     else:
         classes = max(int(u.y_train.max(initial=0)) for u in users) + 1
         classes = max(classes, max(int(u.y_test.max(initial=0)) for u in users) + 1, 2)

@@ -1,7 +1,9 @@
-"""A researcher's own algorithm, model or dataset, named in a scenario file.
+"""A researcher's own algorithm, model, dataset, selector or availability model, named in a scenario file.
 
 Three ways to name one, tried in this order (``kind`` is ``algorithm``, ``model``,
-``dataset`` or ``selection``; the field is ``<kind>.name``):
+``dataset``, ``selection`` or ``availability``; the field is ``<kind>.name``, and
+``type`` of an availability section, which takes the second way only, see
+:func:`availability_class`):
 
 1. a shipped name (``fedavg``, ``mlp``, ``digits``): resolved by the caller, not here;
 2. ``module:attribute`` (the convention of entry points): the module is looked for beside
@@ -41,6 +43,7 @@ from typing import Any, Sequence
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS, algorithm_names
+from fedclock.scheduling.availability_config import AvailabilityModel
 from fedclock.scheduling.selection import Selector
 
 KINDS = ("algorithm", "model", "dataset", "selection")
@@ -143,11 +146,39 @@ def check(kind: str, name: str, obj: Any) -> None:
         if not (isinstance(obj, type) and issubclass(obj, Selector)) or obj.select is Selector.select:
             raise PluginError(f"{field}: {name} is not a subclass of fedclock.scheduling.selection.Selector with its "
                               f"own select(view, candidates, k) (got {_describe(obj)})")
+    elif kind == "availability":
+        if not (isinstance(obj, type) and issubclass(obj, AvailabilityModel)) or obj.build is AvailabilityModel.build:
+            raise PluginError(f"{field}: {name} is not a subclass of fedclock.scheduling.availability_config."
+                              f"AvailabilityModel with its own build(seed, client, traces) (got {_describe(obj)})")
     elif not callable(obj):
         what = "(input_shape, num_classes) -> nn.Module" if kind == "model" else \
             "() -> mapping with x_train, y_train, x_test, y_test"
         raise PluginError(f"{field}: {name} is not callable (expected a function or class {what}; "
                           f"got {_describe(obj)})")
+    elif kind == "model":
+        _check_model_builder(field, name, obj)
+
+
+def _check_model_builder(field: str, name: str, obj: Any) -> None:
+    """A model builder is an ``nn.Module`` subclass or a Python function, callable as
+    ``(input_shape, num_classes)``: any other class (``builtins:dict``) or a built-in function
+    would only fail when the run builds its first model, with a traceback that is not the
+    user's (issue 33)."""
+    from torch import nn
+
+    expected = "expected an nn.Module subclass or a function (input_shape, num_classes) -> nn.Module"
+    if isinstance(obj, type) and not issubclass(obj, nn.Module):
+        raise PluginError(f"{field}: {name} is the class {obj.__name__}, not an nn.Module subclass ({expected})")
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        raise PluginError(f"{field}: {name} is {_describe(obj)} whose arguments cannot be read ({expected})") \
+            from None
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise PluginError(f"{field}: {name}{signature} cannot be called with (input_shape, num_classes) "
+                          f"({expected})") from None
 
 
 def _describe(obj: Any) -> str:
@@ -247,3 +278,14 @@ def model_builder(name: str, base_dir: Path | None = None) -> Any:
     if name in MODEL_NAMES:
         return None
     return find("model", name, base_dir, MODEL_NAMES).obj
+
+
+def availability_class(name: str, base_dir: Path | None = None) -> type[AvailabilityModel]:
+    """The :class:`~fedclock.scheduling.availability_config.AvailabilityModel` subclass a
+    ``module:attribute`` availability ``type`` names; a wrong name is a ValueError whose one
+    line starts with the field, relative to the availability section (``type: ...``)."""
+    try:
+        obj: type[AvailabilityModel] = find("availability", name, base_dir).obj
+    except PluginError as exc:
+        raise ValueError("type: " + str(exc).removeprefix("availability.name: ")) from None
+    return obj

@@ -32,6 +32,7 @@ from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRa
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
 from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
 from fedclock.scheduling.selection import SelectionConfig
+from fedclock.scheduling.server_device import ServerDevice
 from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
 from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
                                                  OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
@@ -163,17 +164,17 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                       "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d"]
+                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d", "sent140", "celeba"]
 
 FileFormat = Literal["leaf", "tff_h5", "fedscale_csv"]
 """Published client-file formats (:mod:`fedclock.scenarios.client_files`)."""
 FORMAT_DATASETS: dict[str, tuple[str, ...]] = {
-    "leaf": ("femnist", "shakespeare", "synthetic_leaf"),
+    "leaf": ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba"),
     "tff_h5": ("femnist", "shakespeare", "cifar100"),
     "fedscale_csv": ("femnist",),
 }
 """The datasets each format is read for."""
-FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf")
+FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba")
 """Datasets that exist only as client files (they need ``dataset.format``)."""
 
 
@@ -259,6 +260,8 @@ class DatasetConfig(StrictModel):
                              f"not {self.name}")
         if self.generate is not None and self.format != "leaf":
             raise ValueError(f"generate: generates leaf files only (format is {self.format})")
+        if self.generate is not None and self.name in ("sent140", "celeba"):
+            raise ValueError(f"generate: writes femnist, shakespeare or synthetic_leaf files, not {self.name}")
         if self.pool == "all":
             raise ValueError("pool: client files keep every user's own train and test data; use pool: train")
         return self
@@ -429,6 +432,8 @@ class Scenario(StrictModel):
     reproduces: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="what the file reproduces: '<paper short name>, <Table/Figure>' (shown by "
         "`fedclock list scenarios`)")
+    server: ServerDevice = Field(default_factory=ServerDevice, description="the server's device: compute_gflops "
+                                 "charges each server step its counted FLOPs (unset: no time)")
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":

@@ -6,23 +6,18 @@ is the sync round (or, in async mode, the server version), and ``next_change(cli
 the next virtual time the answer may change by itself (infinity for round-driven models).
 The answer is constant from ``now`` until ``next_change(now)``. The time-driven models also
 answer ``state(now)``, both at once, for the clock's index of available clients
-(:mod:`fedclock.scheduling.available_index`).
+(:mod:`fedclock.scheduling.available_index`). Each model's settings, and the building of
+one client's model from them, are in :mod:`fedclock.scheduling.availability_config`.
 """
 from __future__ import annotations
 
 import bisect
 import math
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
-                                                     MarkovOnOff, PeriodicMissing, TraceAvailability)
-from fedclock.scheduling.population import PopulationConfig
-from fedclock.scheduling.fedscale_traces import is_pickle, unrolled
-from fedclock.scheduling.traces import read_availability_trace, read_fedscale_availability
-from fedclock.scheduling.rng import Stream, numpy_rng
+from fedclock.scheduling.fedscale_traces import unrolled
 
 
 class Availability(Protocol):
@@ -203,57 +198,3 @@ class RepeatingTrace:
         if self.intervals == [(0.0, self.period)]:
             return True, math.inf
         return self._replay(now).state(now)
-
-
-FedScaleEntries = list[tuple[list[tuple[float, float]], float]]
-
-
-def make_availability(cfg: AvailabilityConfig, seed: int, client: int,
-                      traces: dict[Path, dict[int, list[tuple[float, float]]]] | None = None,
-                      fedscale: dict[Path, FedScaleEntries] | None = None) -> Availability:
-    """The availability model of one client (``traces`` and ``fedscale``: availability
-    traces already read, by path, so a file shared by many clients is read once)."""
-    if isinstance(cfg, AlwaysAvailable):
-        return Always()
-    if isinstance(cfg, PeriodicMissing):
-        return Periodic(cfg.period, cfg.offset)
-    if isinstance(cfg, MarkovOnOff):
-        return Markov(cfg.mean_up_s, cfg.mean_down_s, cfg.start, numpy_rng(seed, Stream.AVAILABILITY, client))
-    if isinstance(cfg, DiurnalAvailability):
-        phase = cfg.phase_s if cfg.phase_s is not None else \
-            float(numpy_rng(seed, Stream.AVAILABILITY, client).uniform(0.0, cfg.period_s))
-        return Diurnal(cfg.period_s, cfg.on_fraction, phase)
-    if isinstance(cfg, TraceAvailability) and is_pickle(cfg.path):
-        entries = fedscale[cfg.path] if fedscale is not None and cfg.path in fedscale else \
-            read_fedscale_availability(cfg.path)
-        return RepeatingTrace(*entries[client % len(entries)])
-    if isinstance(cfg, TraceAvailability):
-        table = traces[cfg.path] if traces is not None and cfg.path in traces else read_availability_trace(cfg.path)
-        if client not in table:
-            return Always() if cfg.missing == "always" else TraceReplay([])
-        return TraceReplay(table[client])
-    raise TypeError(f"unknown availability {cfg!r}")
-
-
-def population_availability(population: PopulationConfig, seed: int) -> list[Availability]:
-    """Availability of every client: the population default, overridden per client."""
-    per_client: dict[int, AvailabilityConfig] = {}
-    for group in population.clients:
-        if group.availability is not None:
-            for cid in group.ids:
-                per_client[cid] = group.availability
-    shared_always = Always()
-    traces: dict[Path, dict[int, list[tuple[float, float]]]] = {}
-    fedscale: dict[Path, FedScaleEntries] = {}
-    for cfg in [population.availability, *per_client.values()]:
-        if isinstance(cfg, TraceAvailability) and cfg.path not in traces and cfg.path not in fedscale:
-            if is_pickle(cfg.path):
-                fedscale[cfg.path] = read_fedscale_availability(cfg.path)
-            else:
-                traces[cfg.path] = read_availability_trace(cfg.path)
-    out: list[Availability] = []
-    for cid in range(population.num_clients):
-        cfg = per_client.get(cid, population.availability)
-        out.append(shared_always if isinstance(cfg, AlwaysAvailable)
-                   else make_availability(cfg, seed, cid, traces, fedscale))
-    return out

@@ -1,35 +1,91 @@
-"""Availability models of ``population.availability`` (the behaviour is
-:mod:`fedclock.scheduling.availability`)."""
+"""Availability models of ``population.availability``: each config class carries its own
+behaviour, :meth:`AvailabilityModel.build` (the runtime models are in
+:mod:`fedclock.scheduling.availability`).
+
+A user's own model is a subclass of :class:`AvailabilityModel` in a file beside the scenario,
+named by ``type: module:Class`` (``docs/own_availability.md``, ``examples/weibull_availability``):
+its other keys are its own fields. The loader hands the lookup of such names in the
+validation context (``plugins``, a function of the name; :mod:`fedclock.scenarios.plugins`),
+so this layer imports none of it.
+"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
-from pydantic import AfterValidator, Field, ValidationInfo
+from pydantic import (AfterValidator, Field, SerializationInfo, SerializerFunctionWrapHandler, ValidationError,
+                      ValidationInfo, ValidatorFunctionWrapHandler, WrapSerializer, WrapValidator)
 
+from fedclock.scheduling.availability import (Always, Availability, Diurnal, Markov, Periodic, RepeatingTrace,
+                                              TraceReplay)
+from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
-from fedclock.scheduling.traces import TraceError, check_trace_file
+from fedclock.scheduling.rng import Stream, numpy_rng
+from fedclock.scheduling.traces import (TraceError, check_trace_file, read_availability_trace,
+                                        read_fedscale_availability)
+
+FedScaleEntries = list[tuple[list[tuple[float, float]], float]]
 
 
-class AlwaysAvailable(StrictModel):
+class TraceFiles:
+    """Availability trace files read once each, however many clients use them."""
+
+    def __init__(self) -> None:
+        self._tables: dict[Path, dict[int, list[tuple[float, float]]]] = {}
+        self._fedscale: dict[Path, FedScaleEntries] = {}
+
+    def table(self, path: Path) -> dict[int, list[tuple[float, float]]]:
+        """A CSV/Parquet trace: each client's [start, end) intervals."""
+        if path not in self._tables:
+            self._tables[path] = read_availability_trace(path)
+        return self._tables[path]
+
+    def fedscale(self, path: Path) -> FedScaleEntries:
+        """A FedScale ``client_behave_trace`` pickle: (intervals, period) entries."""
+        if path not in self._fedscale:
+            self._fedscale[path] = read_fedscale_availability(path)
+        return self._fedscale[path]
+
+
+class AvailabilityModel(StrictModel):
+    """An availability model's settings; :meth:`build` makes one client's model."""
+
+    type: str
+
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        """Client ``client``'s model; random draws come from
+        ``numpy_rng(seed, Stream.AVAILABILITY, client)``, trace files through ``traces``."""
+        raise NotImplementedError(f"{type(self).__name__}.build")
+
+
+class AlwaysAvailable(AvailabilityModel):
     type: Literal["always"] = "always"
 
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        return Always()
 
-class PeriodicMissing(StrictModel):
+
+class PeriodicMissing(AvailabilityModel):
     """SPFL/PLGA schedule: available for one server round, then missing ``period`` rounds."""
 
     type: Literal["periodic_missing"]
     period: Annotated[int, Field(ge=1)]
     offset: Annotated[int, Field(ge=0)] = 0
 
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        return Periodic(self.period, self.offset)
 
-class MarkovOnOff(StrictModel):
+
+class MarkovOnOff(AvailabilityModel):
     """Two-state on/off process in virtual time with exponential up and down durations."""
 
     type: Literal["markov"]
     mean_up_s: PositiveFloat
     mean_down_s: PositiveFloat
     start: Literal["up", "down", "stationary"] = "stationary"
+
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        return Markov(self.mean_up_s, self.mean_down_s, self.start, numpy_rng(seed, Stream.AVAILABILITY, client))
 
 
 def _trace_path(value: Path, info: ValidationInfo) -> Path:
@@ -49,7 +105,7 @@ def _trace_path(value: Path, info: ValidationInfo) -> Path:
 TracePath = Annotated[Path, AfterValidator(_trace_path)]
 
 
-class DiurnalAvailability(StrictModel):
+class DiurnalAvailability(AvailabilityModel):
     """Daily cycle in virtual time: online during ``on_fraction`` of every ``period_s``,
     from the client's phase on. Without ``phase_s`` each client draws its phase uniformly in
     [0, period_s) (clients in different time zones)."""
@@ -59,8 +115,13 @@ class DiurnalAvailability(StrictModel):
     on_fraction: Fraction = 0.5
     phase_s: NonNegativeFloat | None = None
 
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        phase = self.phase_s if self.phase_s is not None else \
+            float(numpy_rng(seed, Stream.AVAILABILITY, client).uniform(0.0, self.period_s))
+        return Diurnal(self.period_s, self.on_fraction, phase)
 
-class TraceAvailability(StrictModel):
+
+class TraceAvailability(AvailabilityModel):
     """Replay of an availability trace (CSV or Parquet with columns client, start, end):
     a client is online during its [start, end) intervals. Clients the file does not list are
     offline (``missing: offline``) or always online (``missing: always``). A FedScale
@@ -71,7 +132,61 @@ class TraceAvailability(StrictModel):
     path: TracePath
     missing: Literal["offline", "always"] = "offline"
 
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        if is_pickle(self.path):
+            entries = traces.fedscale(self.path)
+            return RepeatingTrace(*entries[client % len(entries)])
+        table = traces.table(self.path)
+        if client not in table:
+            return Always() if self.missing == "always" else TraceReplay([])
+        return TraceReplay(table[client])
+
+
+class UnresolvedAvailability(AvailabilityModel):
+    """A plugin model named in a scenario validated without imports (``fedclock validate
+    --no-import``): its fields are kept as given, unchecked; it cannot be built."""
+
+    model_config = {**AvailabilityModel.model_config, "extra": "allow"}
+
+    def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
+        raise RuntimeError(f"availability type {self.type!r} was validated without imports and cannot be built")
+
+
+BUILTIN = (AlwaysAvailable, PeriodicMissing, MarkovOnOff, DiurnalAvailability, TraceAvailability)
+
+PluginLookup = Callable[[str], type]
+"""What the loader puts in the validation context as ``plugins``: the class a
+``module:attribute`` availability type names (or a one-line ValueError)."""
+
+
+def _plugin_or_builtin(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    """A ``type: module:attribute`` mapping validated by the user's class; others as usual."""
+    name = value.get("type") if isinstance(value, dict) else None
+    if not (isinstance(name, str) and ":" in name):
+        return handler(value)
+    lookup = (info.context or {}).get("plugins")
+    if lookup is None:  # validated without imports
+        return UnresolvedAvailability.model_validate(value)
+    cls = lookup(name)
+    if not (isinstance(cls, type) and issubclass(cls, AvailabilityModel)) or cls.build is AvailabilityModel.build:
+        raise ValueError(f"type: {name} is not a subclass of fedclock.scheduling.availability_config."
+                         f"AvailabilityModel with its own build(seed, client, traces)")
+    try:
+        return cls.model_validate(value, context=info.context)
+    except ValidationError as exc:  # one line, naming the plugin's own fields
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"]) or "type"
+        text = f"unknown field (allowed: {', '.join(cls.model_fields)})" if err["type"] == "extra_forbidden" \
+            else str(err["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{where}: {text}") from None
+
+
+def _serialized(value: Any, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+    return handler(value) if isinstance(value, BUILTIN) else value.model_dump(mode=info.mode)
+
 
 AvailabilityConfig = Annotated[
-    Union[AlwaysAvailable, PeriodicMissing, MarkovOnOff, DiurnalAvailability, TraceAvailability],
-    Field(discriminator="type")]
+    Annotated[Union[AlwaysAvailable, PeriodicMissing, MarkovOnOff, DiurnalAvailability, TraceAvailability],
+              Field(discriminator="type")],
+    WrapValidator(_plugin_or_builtin), WrapSerializer(_serialized)]
+"""A shipped model (by its ``type``) or a user's :class:`AvailabilityModel` subclass."""

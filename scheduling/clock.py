@@ -107,8 +107,12 @@ class Clock:
                  work_and_links: WorkAndLinks | None = None, script: Script | None = None,
                  eval_at: Collection[int] = (), stateless_clients: bool = False,
                  selector: Selector | None = None, disclose: Collection[str] = (),
-                 feasible: np.ndarray | None = None) -> None:
+                 feasible: np.ndarray | None = None,
+                 server_seconds: Callable[[int], float] | None = None) -> None:
         self.kernel = Kernel()
+        self.server_seconds = server_seconds
+        """Virtual seconds of a server step on ``k`` arrivals (:mod:`fedclock.scheduling.server_device`);
+        None: the step takes no time."""
         self.env = self.kernel.env
         self.stateless_clients = stateless_clients
         """The algorithm keeps no client state: a task whose upload is known at dispatch to be

@@ -125,6 +125,8 @@ class Devices:
                     value = getattr(row, field)
                     if not np.isnan(value):
                         arrays[field][row.client] = value
+                if not np.isnan(row.memory_gb):
+                    memory[row.client] = row.memory_gb
         for group in population.clients:
             for field in arrays:
                 value = getattr(group, field)

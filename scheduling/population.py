@@ -8,13 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from fedclock.scheduling.availability_config import AlwaysAvailable, AvailabilityConfig, TraceAvailability, TracePath
+from fedclock.scheduling.availability import Always, Availability
+from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, AvailabilityModel,
+                                                     TraceAvailability, TraceFiles, TracePath)
 from fedclock.scheduling.completeness_connectivity import CompletenessConfig, ConnectivityConfig, FullWork, Reliable
 from fedclock.scheduling.device_library import DEVICE_CLASSES, mix_counts
 from fedclock.scheduling.distributions import DeviceDistributions
 from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
-from fedclock.scheduling.traces import trace_clients
+from fedclock.scheduling.traces import recorded_compute_unit, trace_clients
 
 MAX_CLIENTS = 1_000_000
 """population.num_clients."""
@@ -81,6 +83,11 @@ class PopulationConfig(StrictModel):
                 if bad:
                     raise ValueError(f"{where}: {path.name} names client {bad[0]}, which does not exist "
                                      f"(allowed: 0..{self.num_clients - 1})")
+        trace = self.device_trace if isinstance(self.device_trace, Path) else None
+        recorded = recorded_compute_unit(trace) if trace is not None else None
+        if trace is not None and recorded is not None and recorded != self.compute_unit:
+            raise ValueError(f"device_trace: {trace.name} records compute in {recorded} (allowed with "
+                             f"compute_unit: {recorded} only; set population.compute_unit: {recorded})")
         fedscale = isinstance(self.device_trace, Path) and is_pickle(self.device_trace)
         if fedscale and self.compute_unit != "samples_per_s":
             raise ValueError("device_trace: a FedScale device capacity file gives compute in training samples per "
@@ -102,3 +109,21 @@ def client_classes(population: PopulationConfig) -> list[str]:
     for name, count in zip(names, counts):
         out += [name] * count
     return out + ["custom"] * (population.num_clients - len(out))
+
+
+def population_availability(population: PopulationConfig, seed: int) -> list[Availability]:
+    """Availability of every client: the population default, overridden per client (a later
+    group wins), each built by its config (:meth:`AvailabilityModel.build`); a trace file
+    shared by many clients is read once, and clients always available share one model."""
+    per_client: dict[int, AvailabilityModel] = {}
+    for group in population.clients:
+        if group.availability is not None:
+            for cid in group.ids:
+                per_client[cid] = group.availability
+    shared_always = Always()
+    traces = TraceFiles()
+    out: list[Availability] = []
+    for cid in range(population.num_clients):
+        cfg = per_client.get(cid, population.availability)
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else cfg.build(seed, cid, traces))
+    return out

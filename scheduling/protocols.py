@@ -43,6 +43,7 @@ class ProtocolClock(Protocol):
     draining: dict[int, Task]
     drop_after: float | None
     cohort_quota: int | None
+    server_seconds: Callable[[int], float] | None
 
     def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None, start: bool = True) -> Task: ...
 
@@ -65,6 +66,14 @@ class ProtocolClock(Protocol):
     def pick_idle(self) -> int | None: ...
 
     def set_refill(self, refill: Callable[[], None]) -> None: ...
+
+
+def server_step(clock: ProtocolClock, arrivals: int) -> Generator[simpy.Event, Any, None]:
+    """The server's step on ``arrivals`` results takes its virtual time before the new
+    version is published (``server.compute_gflops``, :mod:`fedclock.scheduling.server_device`);
+    nothing is waited without that setting or without arrivals."""
+    if clock.server_seconds is not None and arrivals:
+        yield clock.env.timeout(clock.server_seconds(arrivals))
 
 
 # --------------------------------------------------------------------------- sync rounds
@@ -127,6 +136,7 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
         late_inbox.clear()
         for t in late:
             t.staleness = clock.version - t.version
+        yield from server_step(clock, len(punctual) + len(late))
         clock.aggregate(punctual + late)
         clock.round += 1
         if clock.stop.rounds is not None and clock.round >= clock.stop.rounds:
@@ -212,6 +222,7 @@ class AsyncSlots:
                 task = yield from arrivals.wait()
             clock.busy.pop(task.client, None)
             task.staleness = clock.version - task.version
+            yield from server_step(clock, 1)
             clock.aggregate([task])
             if clock.stop.versions is not None and clock.version >= clock.stop.versions:
                 clock.finish("versions")
@@ -293,8 +304,13 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
             inbox.append(task)
 
     _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
+    close = clock.env.now
     while not clock.done.triggered:
-        yield clock.env.timeout(window_s)
+        if clock.server_seconds is None:
+            yield clock.env.timeout(window_s)
+        else:  # windows close every window_s whatever the server step took (at once if it took longer)
+            close += window_s
+            yield clock.env.timeout(max(0.0, close - clock.env.now))
         yield clock.env.timeout(0)  # let every arrival due at this instant come in first
         ready = inbox
         if late:
@@ -308,6 +324,7 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
         due = sorted(ready, key=lambda t: (t.finishes_at, t.client, t.index))
         for task in due:
             task.staleness = clock.version - task.version
+        yield from server_step(clock, len(due))
         clock.aggregate(due)
         clock.round += 1
         if clock.stop.versions is not None and clock.version >= clock.stop.versions:

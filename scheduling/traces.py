@@ -21,8 +21,19 @@ interval::
 ``time_s`` (default 0 when the column is absent) is when the values take effect; rows
 with ``time_s = 0`` set the client's initial profile (overriding the drawn one), later rows
 are replayed by the timeline. Only ``client`` and at least one of ``compute``,
-``down_mbps``, ``up_mbps``, ``latency_s`` are required; compute and bandwidths must be
-> 0, latency >= 0. Units are those of ``population.devices``.
+``down_mbps``, ``up_mbps``, ``latency_s``, ``memory_gb`` are required; compute, bandwidths
+and memory must be > 0, latency >= 0. Units are those of ``population.devices``.
+``memory_gb`` (what training may use, as a device class's) is read from the rows at
+``time_s = 0`` only and feeds feasibility like a device class's memory (a client whose task
+does not fit is never dispatched); feasibility is decided once per run, so a later row
+giving memory is refused.
+
+**Recorded unit.** A Parquet device trace may record the unit of its ``compute`` column in
+its schema metadata (key ``fedclock.compute_unit``: ``gflops`` or ``samples_per_s``) and of
+its memory (``fedclock.memory_unit: GB``); ``fedclock traces convert`` writes them
+(:func:`convert_fedscale`: FedScale's capacity is in samples per second). A scenario whose
+``population.compute_unit`` contradicts the recorded unit is refused in one line
+(:func:`recorded_compute_unit`).
 
 **FedScale's files** as published (:mod:`fedclock.scheduling.fedscale_traces`): a file that
 starts like a pickle is read as FedScale's ``client_device_capacity`` (a device trace of
@@ -41,10 +52,18 @@ from fedclock.scheduling.fedscale_traces import FedScaleError, is_pickle, read_b
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEVICE_COLUMNS", "TraceError", "check_trace_file", "read_availability_trace", "read_device_trace",
+__all__ = ["DEVICE_COLUMNS", "MEMORY_COLUMN", "TraceError", "recorded_compute_unit", "write_device_trace",
+           "check_trace_file", "read_availability_trace", "read_device_trace",
            "read_fedscale_availability", "trace_clients"]
 
 DEVICE_COLUMNS = ("compute", "down_mbps", "up_mbps", "latency_s")
+MEMORY_COLUMN = "memory_gb"
+"""The device trace's optional memory column (time-0 rows only)."""
+COMPUTE_UNIT_KEY = b"fedclock.compute_unit"
+"""Parquet schema-metadata key recording the unit of a device trace's ``compute``."""
+MEMORY_UNIT_KEY = b"fedclock.memory_unit"
+"""Parquet schema-metadata key recording the unit of a device trace's ``memory_gb`` (GB)."""
+COMPUTE_UNITS = ("gflops", "samples_per_s")
 
 
 class TraceError(ValueError):
@@ -117,8 +136,8 @@ def read_availability_trace(path: Path) -> dict[int, list[tuple[float, float]]]:
 
 
 def read_device_trace(path: Path, num_clients: int | None = None) -> pd.DataFrame:
-    """The device trace with columns client, time_s and every device column (NaN where a
-    row keeps the value), sorted by time then client (rows of one client at one time are
+    """The device trace with columns client, time_s, every device column and ``memory_gb``
+    (NaN where a row keeps the value), sorted by time then client (rows of one client at one time are
     applied in file order). A FedScale capacity file gives one time-0 row per client
     ``0..num_clients-1`` (cycling over its entries; all entries once without ``num_clients``)."""
     import pandas as pd
@@ -128,23 +147,29 @@ def read_device_trace(path: Path, num_clients: int | None = None) -> pd.DataFram
         count = len(devices) if num_clients is None else num_clients
         rows = devices[np.arange(count) % len(devices)]
         return pd.DataFrame({"client": np.arange(count, dtype=np.int64), "time_s": 0.0, "compute": rows[:, 0],
-                             "down_mbps": rows[:, 1], "up_mbps": rows[:, 2], "latency_s": np.nan})
+                             "down_mbps": rows[:, 1], "up_mbps": rows[:, 2], "latency_s": np.nan,
+                             MEMORY_COLUMN: np.nan})
     frame = read_table(path)
     _require(frame, path, ("client",))
-    present = [c for c in DEVICE_COLUMNS if c in frame.columns]
+    present = [c for c in (*DEVICE_COLUMNS, MEMORY_COLUMN) if c in frame.columns]
     if not present:
-        raise TraceError(f"{path}: needs at least one of the columns {', '.join(DEVICE_COLUMNS)}")
+        raise TraceError(f"{path}: needs at least one of the columns {', '.join((*DEVICE_COLUMNS, MEMORY_COLUMN))}")
     out = pd.DataFrame({"client": _clients(frame, path)})
     out["time_s"] = _numeric(frame, "time_s", path) if "time_s" in frame.columns else 0.0
     if (out["time_s"] < 0).any():
         raise TraceError(f"{path}: column 'time_s' must be >= 0")
-    for column in DEVICE_COLUMNS:
+    for column in (*DEVICE_COLUMNS, MEMORY_COLUMN):
         values = _numeric(frame, column, path, allow_missing=True) if column in frame.columns \
             else np.full(len(frame), np.nan)
         known = values[~np.isnan(values)]
         if column == "latency_s" and (known < 0).any() or column != "latency_s" and (known <= 0).any():
             raise TraceError(f"{path}: column {column!r} must be {'>= 0' if column == 'latency_s' else '> 0'}")
         out[column] = values
+    later = (out["time_s"].to_numpy() > 0) & ~np.isnan(out[MEMORY_COLUMN].to_numpy())
+    if later.any():
+        row = int(np.flatnonzero(later)[0])
+        raise TraceError(f"{path}: row {row + 1}: column 'memory_gb' is read at time_s 0 only (feasibility is decided "
+                         f"at the start of a run); leave it empty in later rows")
     out["row"] = np.arange(len(out))
     return out.sort_values(["time_s", "client", "row"], kind="stable").drop(columns="row").reset_index(drop=True)
 
@@ -176,6 +201,40 @@ def check_trace_file(path: Path, kind: str) -> None:
         read_availability_trace(path)
 
 
+def recorded_compute_unit(path: Path) -> str | None:
+    """The unit a Parquet device trace records for its ``compute`` (module docstring), or
+    None (a CSV, a pickle, or a Parquet file that records none). A recorded value other than
+    the known units is a :class:`TraceError`."""
+    if path.suffix.lower() != ".parquet" or not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except Exception as exc:  # any reader failure is reported as one line
+        raise TraceError(f"{path}: cannot read trace ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
+    unit = metadata.get(COMPUTE_UNIT_KEY)
+    if unit is None:
+        return None
+    text = unit.decode("utf-8", "replace")
+    if text not in COMPUTE_UNITS:
+        raise TraceError(f"{path}: records compute unit {text!r} (allowed: {', '.join(COMPUTE_UNITS)})")
+    return text
+
+
+def write_device_trace(frame: pd.DataFrame, target: Path, compute_unit: str) -> None:
+    """Write a device trace as Parquet, recording the unit of its ``compute`` (and ``GB``
+    for its ``memory_gb`` when it has that column) in the schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    units = {COMPUTE_UNIT_KEY: compute_unit.encode()}
+    if MEMORY_COLUMN in frame.columns:
+        units[MEMORY_UNIT_KEY] = b"GB"
+    pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), **units}), target)
+
+
 def trace_clients(path: Path) -> np.ndarray:
     """The distinct client ids a (valid) trace file names (none for a FedScale file: its
     entries are dealt to however many clients there are)."""
@@ -205,7 +264,7 @@ def convert_fedscale(source: Path, target: Path, clients: int | None = None, unt
         raise TraceError(f"{source}: not a FedScale pickle (client_device_capacity or client_behave_trace)")
     kind = _fedscale(is_plain_pickle_kind, source)
     if kind == "capacity":
-        frame = read_device_trace(source, clients).drop(columns="latency_s")
+        frame = read_device_trace(source, clients).drop(columns=["latency_s", MEMORY_COLUMN])
         what = "device trace"
     else:
         entries = read_fedscale_availability(source)
@@ -217,5 +276,9 @@ def convert_fedscale(source: Path, target: Path, clients: int | None = None, unt
         frame = pd.DataFrame(rows, columns=["client", "start", "end"]).astype({"client": "int64"})
         what = "availability trace"
     target.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(target, index=False)
+    if kind == "capacity":
+        write_device_trace(frame, target, "samples_per_s")
+        what += " (compute in samples_per_s, recorded in the file)"
+    else:
+        frame.to_parquet(target, index=False)
     return f"{source} -> {target}: {what}, {frame['client'].nunique()} clients, {len(frame)} rows"

@@ -16,6 +16,7 @@ from fedclock.algorithms.compression import Fp16, Quantize, TopK, pack_bits, unp
 from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.scaffold import Scaffold
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -154,9 +155,80 @@ def test_linked_algorithm_pickles_as_itself() -> None:
 
 def test_compression_is_refused_where_it_does_not_apply() -> None:
     up = UploadConfig(compression=Fp16())
-    assert links_problem(FedAsync, up, DownloadConfig(), 1) == (
-        "upload.compression: algorithm 'fedasync' does not upload a model delta (allowed with algorithms "
-        "that declare upload_is_delta, e.g. fedavg, fedprox, fedsam, fednova, fedbuff)")
+    assert links_problem(Scaffold, up, DownloadConfig(), 1) == (
+        "upload.compression: algorithm 'scaffold' uploads neither a model delta nor the model (allowed with "
+        "algorithms that declare upload_is_delta or upload_is_model, e.g. fedavg, fedprox, fedsam, fednova, "
+        "fedbuff, fedasync, fedavg_async, pfedme)")
+    assert links_problem(FedAsync, up, DownloadConfig(), 1) is None
     assert links_problem(FedAvg, up, DownloadConfig(), 4) == (
         "upload.compression: clients run one at a time with compression (runtime.vectorize must be 1)")
     assert links_problem(FedAvg, up, DownloadConfig(), 1) is None
+
+
+class FixedModel(Algorithm[AlgorithmParams]):
+    """A stand-in algorithm that uploads its model: ``received + the step the test queues``;
+    the server takes the mean of the models that arrive."""
+
+    name: ClassVar[str] = "fixed_model"
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    modes: ClassVar[frozenset[str]] = frozenset({"async"})
+    upload_is_model: ClassVar[bool] = True
+    steps: ClassVar[list[torch.Tensor]] = []
+
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        return ServerState(tensors={"weights": torch.tensor([10.0, 20.0, 30.0])})
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        return ClientResult(upload={"weights": payload["weights"] + self.steps.pop(0)}, state=None, num_samples=1)
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        mean = sum((a.upload["weights"] for a in arrivals), torch.zeros(3)) / len(arrivals)
+        return state.evolve(tensors={"weights": mean}), True
+
+
+def model_links(upload: Any, download: Any = None) -> Any:
+    alg = FixedModel(AlgorithmParams(), ModelFactory("logistic", (2,), 1))  # 3 parameters
+    return with_links(alg, UploadConfig(compression=upload), DownloadConfig(compression=download))
+
+
+def test_a_model_upload_sends_its_difference_and_the_server_adds_it_back() -> None:
+    """Received [10, 20, 30], trained to [11, 17, 32]: top-1 of the difference [1, -3, 2]
+    sends [0, -3, 0] (8 bytes) and keeps [1, 0, 2]; the server decodes [10, 17, 30]. A top-1
+    of the model itself would have sent only the 32. The received model rides along uncharged."""
+    alg = model_links(TopK(k=1))
+    assert alg.upload_bytes() == 8 and type(alg).upload_is_model and not type(alg).upload_is_delta
+    FixedModel.steps[:] = [torch.tensor([1.0, -3.0, 2.0])]
+    payload = alg.payload_for(alg.init_server(gen()), 0)
+    result = alg.client_update(payload, None, DATA, gen())
+    assert set(result.upload) == {"weights.index", "weights.values", "weights.received"}
+    assert result.upload["weights.values"].tolist() == [-3.0] and result.state[RESIDUAL].tolist() == [1.0, 0.0, 2.0]
+    state, _ = alg.receive(alg.init_server(gen()), [Arrival(0, result.upload, 1, 0, 0)], gen())
+    assert state.tensors["weights"].tolist() == [10.0, 17.0, 30.0]
+
+
+def test_a_model_upload_in_fp16_is_exact_in_size_and_near_in_value() -> None:
+    """fp16: 2 bytes a parameter (6), the decoded model is the received one plus the
+    difference rounded to half precision: [10, 20, 30] + [0.1, -0.2, 1/3] in fp16."""
+    alg = model_links(Fp16())
+    assert alg.upload_bytes() == 6
+    step = torch.tensor([0.1, -0.2, 1 / 3])
+    FixedModel.steps[:] = [step]
+    result = alg.client_update(alg.payload_for(alg.init_server(gen()), 0), None, DATA, gen())
+    state, _ = alg.receive(alg.init_server(gen()), [Arrival(0, result.upload, 1, 0, 0)], gen())
+    expected = torch.tensor([10.0, 20.0, 30.0]) + step.half().float()
+    assert state.tensors["weights"].tolist() == expected.tolist()
+
+
+def test_a_model_upload_after_an_fp16_download_is_decoded_against_the_rounded_model() -> None:
+    """With the model sent in fp16 the client starts from (and the server adds back to) the
+    rounded model, so a lossless-in-range difference decodes to what the client trained."""
+    alg = model_links(Fp16(), Fp16())
+    FixedModel.steps[:] = [torch.tensor([0.5, -0.25, 1.0])]
+    sent = alg.payload_for(ServerState(tensors={"weights": torch.tensor([10.01, 20.0, 30.0])}), 0)
+    result = alg.client_update(sent, None, DATA, gen())
+    rounded = torch.tensor([10.01, 20.0, 30.0]).half().float()
+    assert result.upload["weights.received"].tolist() == rounded.tolist()
+    state, _ = alg.receive(alg.init_server(gen()), [Arrival(0, result.upload, 1, 0, 0)], gen())
+    assert state.tensors["weights"].tolist() == (rounded + torch.tensor([0.5, -0.25, 1.0])).tolist()

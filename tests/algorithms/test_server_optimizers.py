@@ -116,7 +116,15 @@ def test_fedbuff_steps_the_optimizer_only_on_a_full_buffer() -> None:
 
 
 def test_defaults_are_the_papers() -> None:
-    adam = AdamServerOptimizer(name="adam")
-    assert (adam.beta1, adam.beta2, adam.tau) == (0.9, 0.99, 1e-3)
-    assert YogiServerOptimizer(name="yogi").beta2 == 0.99
-    assert SGDServerOptimizer(name="sgd").momentum == 0.9
+    """Reddi et al. (ICLR 2021) Sec. 5 and the authors' code (google-research/federated,
+    ``optimization/docs/hyperparameters.md``): tau 1e-3 for every adaptive method, beta1 0.9,
+    FedAvgM's momentum 0.9 at server lr 1; beta2 0.99 is the paper's (their code keeps Keras'
+    0.999); server lr 0.01 for Adam and Yogi and 0.1 for Adagrad are their typical best rates
+    (see the module docstring)."""
+    for cls, name in ((AdamServerOptimizer, "adam"), (YogiServerOptimizer, "yogi")):
+        opt = cls(name=name)
+        assert (opt.beta1, opt.beta2, opt.tau, opt.lr) == (0.9, 0.99, 1e-3, 0.01)
+    adagrad = AdagradServerOptimizer(name="adagrad")
+    assert (adagrad.beta1, adagrad.tau, adagrad.lr) == (0.9, 1e-3, 0.1)
+    sgd = SGDServerOptimizer(name="sgd")
+    assert (sgd.momentum, sgd.lr) == (0.9, 1.0)

@@ -1,4 +1,8 @@
-"""Vectorized clients give the sequential loop's numbers (float tolerance; counts exact)."""
+"""Vectorized clients give the sequential loop's numbers (float tolerance; counts exact),
+on the CPU and, where a GPU is visible, on it (``device`` parameters marked ``cuda``: both
+paths on the GPU, so the batched kernels are checked against the per-client path there). As
+in an executor, the clients' data are on the device and payloads, start weights and client
+states arrive as CPU tensors."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,6 +31,7 @@ from fedclock.algorithms.training import local_sgd
 from fedclock.algorithms.vectorized import SGDTask, VECTOR_MODELS, check_model, client_updates, is_vectorizable, \
     vectorize_problem, vectorized_local_sgd
 from fedclock.scheduling.rng import Stream, torch_rng
+from tests.devices import DEVICES, on_device
 
 ATOL = 1e-5
 
@@ -42,11 +47,12 @@ def rng(c: int, task: int = 0) -> torch.Generator:
     return torch_rng(7, Stream.TASK, c, task)
 
 
-def sequential(factory: ModelFactory, tasks: list[SGDTask]) -> list[tuple[torch.Tensor, dict[str, float]]]:
+def sequential(factory: ModelFactory, tasks: list[SGDTask], device: str = "cpu"
+               ) -> list[tuple[torch.Tensor, dict[str, float]]]:
     """Each task through the shared loop, from a copy of its generator."""
     from fedclock.algorithms.training import proximal_loss
 
-    model = factory.build()
+    model = factory.build().to(device)
     out = []
     for t in tasks:
         extra = proximal_loss(t.start, t.prox_mu, model) if t.prox_mu > 0 else None
@@ -54,16 +60,16 @@ def sequential(factory: ModelFactory, tasks: list[SGDTask]) -> list[tuple[torch.
     return out
 
 
-def run_both(factory: ModelFactory, make: Any) -> tuple[list[Any], list[Any]]:
-    """``make()`` builds the same tasks (fresh generators) for each side."""
-    return sequential(factory, make()), vectorized_local_sgd(factory.build(), factory, make())
+def run_both(factory: ModelFactory, make: Any, device: str = "cpu") -> tuple[list[Any], list[Any]]:
+    """``make()`` builds the same tasks (fresh generators) for each side, on ``device``."""
+    return sequential(factory, make(), device), vectorized_local_sgd(factory.build().to(device), factory, make())
 
 
 def assert_same(seq: list[Any], vec: list[Any]) -> None:
     assert len(seq) == len(vec)
     for (w_s, m_s), (w_v, m_v) in zip(seq, vec):
         assert w_v.dtype == torch.float32 and w_v.shape == w_s.shape
-        torch.testing.assert_close(w_v, w_s, atol=ATOL, rtol=0)
+        torch.testing.assert_close(w_v.cpu(), w_s.cpu(), atol=ATOL, rtol=0)
         assert m_v["steps"] == m_s["steps"]
         if m_s["steps"]:
             assert m_v["train_loss"] == pytest.approx(m_s["train_loss"], abs=ATOL)
@@ -71,7 +77,8 @@ def assert_same(seq: list[Any], vec: list[Any]) -> None:
             assert m_v["train_loss"] != m_v["train_loss"]  # NaN like the loop
 
 
-def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters(device: str) -> None:
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
     start = factory.initial_weights(torch.Generator().manual_seed(0))
     sizes = [23, 5, 40, 0, 12]  # 23 % 8 and 40 % 8: batches straddle epochs; 5 < batch: short batches
@@ -79,29 +86,30 @@ def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters() -
     params = [AlgorithmParams(lr=0.1, batch_size=8), AlgorithmParams(lr=0.05, batch_size=8, momentum=0.9),
               AlgorithmParams(lr=0.2, batch_size=8, weight_decay=0.01, max_grad_norm=0.5),
               AlgorithmParams(batch_size=8), AlgorithmParams(batch_size=8)]
-    data = [client(c, n, (6,)) for c, n in enumerate(sizes)]
+    data = [on_device(client(c, n, (6,)), device) for c, n in enumerate(sizes)]
 
     def make() -> list[SGDTask]:
         return [SGDTask(start + 0.01 * c, data[c], params[c], rng(c), steps[c], prox_mu=0.3 if c == 0 else 0.0)
                 for c in range(len(sizes))]
 
-    seq, vec = run_both(factory, make)
+    seq, vec = run_both(factory, make, device)
     assert [m["steps"] for _, m in vec] == [7, 3, 2, 0, 0]
     assert_same(seq, vec)
-    assert not torch.equal(vec[0][0], start)  # it trained
+    assert not torch.equal(vec[0][0].cpu(), start)  # it trained
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["cnn5", "spfl_cnn_padded", "conv_gn", "logistic"])
-def test_other_models(name: str) -> None:
+def test_other_models(name: str, device: str) -> None:
     factory = ModelFactory(name, (1, 8, 8), 4)
     start = factory.initial_weights(torch.Generator().manual_seed(1))
-    data = [client(c, n, (1, 8, 8), 4) for c, n in enumerate([9, 4, 6])]
+    data = [on_device(client(c, n, (1, 8, 8), 4), device) for c, n in enumerate([9, 4, 6])]
     p = AlgorithmParams(lr=0.05, batch_size=4, momentum=0.5)
 
     def make() -> list[SGDTask]:
         return [SGDTask(start, data[c], p, rng(c), s) for c, s in enumerate([3, 2, 1])]
 
-    assert_same(*run_both(factory, make))
+    assert_same(*run_both(factory, make, device))
 
 
 def test_leaf_cnn_is_the_layer_chain_cnn5_is() -> None:
@@ -129,20 +137,22 @@ ALGORITHMS = [(FedAvg, FedAvgParams(lr=0.1, batch_size=5, lr_decay=0.9)),
               (FedNova, FedNovaParams(lr=0.1, batch_size=5, momentum=0.5, server_lr=1.5))]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cls,params", ALGORITHMS, ids=[c.name for c, _ in ALGORITHMS])
-def test_client_updates_match_client_update(cls: Any, params: Any) -> None:
+def test_client_updates_match_client_update(cls: Any, params: Any, device: str) -> None:
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
-    alg = cls(params, factory)
+    alg = cls(params, factory).to(device)
     state = alg.init_server(torch.Generator().manual_seed(0))
     payload = alg.payload_for(dataclasses.replace(state, version=3), 0)
-    data = [dataclasses.replace(client(c, n, (6,)), steps=s) for c, (n, s) in enumerate([(12, None), (3, 2), (17, 1)])]
+    data = [on_device(dataclasses.replace(client(c, n, (6,)), steps=s), device)
+            for c, (n, s) in enumerate([(12, None), (3, 2), (17, 1)])]
     seq = [alg.client_update(payload, None, d, rng(c, 2)) for c, d in enumerate(data)]
     vec = client_updates(alg, [payload] * 3, [None] * 3, data, [rng(c, 2) for c in range(3)])
     for s, v in zip(seq, vec):
         assert s.upload.keys() == v.upload.keys() and s.state is v.state is None
         assert s.num_samples == v.num_samples and s.metrics.keys() == v.metrics.keys()
         for key in s.upload:
-            torch.testing.assert_close(v.upload[key], s.upload[key], atol=ATOL, rtol=0)
+            torch.testing.assert_close(v.upload[key].cpu(), s.upload[key].cpu(), atol=ATOL, rtol=0)
         assert v.metrics["steps"] == s.metrics["steps"]
         assert v.metrics["train_loss"] == pytest.approx(s.metrics["train_loss"], abs=ATOL)
 
@@ -172,27 +182,29 @@ def _assert_results_close(seq: Any, vec: Any) -> None:
         assert s.upload.keys() == v.upload.keys() and s.num_samples == v.num_samples
         assert (s.state is None) == (v.state is None) and s.metrics.keys() == v.metrics.keys()
         for key in s.upload:
-            torch.testing.assert_close(v.upload[key], s.upload[key], atol=ATOL, rtol=0)
+            torch.testing.assert_close(v.upload[key].cpu(), s.upload[key].cpu(), atol=ATOL, rtol=0)
         for key in (s.state or {}):
-            torch.testing.assert_close(v.state[key], s.state[key], atol=ATOL, rtol=0)
+            torch.testing.assert_close(v.state[key].cpu(), s.state[key].cpu(), atol=ATOL, rtol=0)
         assert v.metrics["steps"] == s.metrics["steps"]
         for key in s.metrics:
             assert v.metrics[key] == pytest.approx(s.metrics[key], abs=ATOL, nan_ok=True)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cls,params,vector", STATEFUL, ids=[c.name for c, _, _ in STATEFUL])
-def test_stateful_client_updates_match_over_two_tasks(cls: Any, params: Any, vector: str | None) -> None:
+def test_stateful_client_updates_match_over_two_tasks(cls: Any, params: Any, vector: str | None, device: str) -> None:
     """SCAFFOLD's control shift, FedCM's momentum mix and Ditto's two phases, from a nonzero
     server vector, twice in a row (the second task from the first's client state)."""
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
-    alg = cls(params, factory)
+    alg = cls(params, factory).to(device)
     alg.num_clients = 4
     state = alg.init_server(torch.Generator().manual_seed(0))
     payload = dict(alg.payload_for(dataclasses.replace(state, version=2), 0))
     if vector is not None:  # a server vector as after some rounds
         payload[vector] = 0.1 * torch.randn(factory.num_params, generator=torch.Generator().manual_seed(5))
     steps = [None, 2, 1, None] if cls.partial_work else [None] * 4
-    data = [dataclasses.replace(client(c, n, (6,)), steps=s) for c, (n, s) in enumerate(zip([12, 3, 17, 0], steps))]
+    data = [on_device(dataclasses.replace(client(c, n, (6,)), steps=s), device)
+            for c, (n, s) in enumerate(zip([12, 3, 17, 0], steps))]
     states: list[Any] = [None] * 4
     for task in range(2):
         seq = [alg.client_update(payload, st, d, rng(c, task)) for c, (st, d) in enumerate(zip(states, data))]
@@ -204,4 +216,4 @@ def test_stateful_client_updates_match_over_two_tasks(cls: Any, params: Any, vec
                                [rng(0, 0)])
         first = client_updates(alg, [payload], [None], data[:1], [rng(0, 0)])
         key = next(iter(first[0].upload))
-        assert not torch.allclose(plain[0].upload[key], first[0].upload[key], atol=1e-4)
+        assert not torch.allclose(plain[0].upload[key].cpu(), first[0].upload[key].cpu(), atol=1e-4)

@@ -1,4 +1,6 @@
-"""Personalized evaluation of many clients at once gives the sequential numbers."""
+"""Personalized evaluation of many clients at once gives the sequential numbers (on the CPU,
+and on the GPU where one is visible: ``device`` parameters marked ``cuda``; the test data on
+the device, weights and states as CPU tensors, as an executor has them)."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,6 +14,7 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_ft import FedAvgFT, FedAvgFTParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.vectorized_eval import evaluate_clients, evaluate_weights, evaluates_vectorized
+from tests.devices import DEVICES, on_device
 
 ATOL = 1e-5
 
@@ -30,16 +33,17 @@ def assert_same(seq: list[Any], vec: list[Any]) -> None:
         assert v.loss_sum == pytest.approx(s.loss_sum, abs=ATOL * max(1, s.count))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["mlp", "cnn5", "conv_gn"])
-def test_many_models_on_their_own_test_sets(name: str) -> None:
+def test_many_models_on_their_own_test_sets(name: str, device: str) -> None:
     shape = (6,) if name == "mlp" else (1, 8, 8)
     factory = ModelFactory(name, shape, 3, **({"hidden": (8,)} if name == "mlp" else {}))
     gen = torch.Generator().manual_seed(0)
     weights = [factory.initial_weights(gen) for _ in range(4)]
-    datas = [client(c, 0, n, shape) for c, n in enumerate([7, 0, 13, 5])]  # uneven, one empty
-    model = factory.build()
+    datas = [on_device(client(c, 0, n, shape), device) for c, n in enumerate([7, 0, 13, 5])]  # uneven, one empty
+    model = factory.build().to(device)
     seq = [evaluate_flat(model, factory, w, d.x_test, d.y_test, 4) for w, d in zip(weights, datas)]
-    assert_same(seq, evaluate_weights(factory.build(), weights, [d.x_test for d in datas],
+    assert_same(seq, evaluate_weights(factory.build().to(device), weights, [d.x_test for d in datas],
                                       [d.y_test for d in datas], 4))
     assert any(s.correct for s in seq) and seq[1].count == 0
 
@@ -48,12 +52,13 @@ CASES = [(Ditto, DittoParams(lr=0.1, batch_size=5, lam=0.2)),
          (FedAvgFT, FedAvgFTParams(lr=0.1, batch_size=5, momentum=0.5, finetune_epochs=1.5))]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cls,params", CASES, ids=[c.name for c, _ in CASES])
-def test_evaluate_clients_matches_evaluate_client(cls: Any, params: Any) -> None:
+def test_evaluate_clients_matches_evaluate_client(cls: Any, params: Any, device: str) -> None:
     factory = ModelFactory("mlp", (6,), 3, hidden=(8,))
-    alg = cls(params, factory)
+    alg = cls(params, factory).to(device)
     payload = alg.payload_for(alg.init_server(torch.Generator().manual_seed(0)), 0)
-    datas = [client(c, n, t, (6,)) for c, (n, t) in enumerate([(12, 9), (0, 4), (3, 6), (20, 0)])]
+    datas = [on_device(client(c, n, t, (6,)), device) for c, (n, t) in enumerate([(12, 9), (0, 4), (3, 6), (20, 0)])]
     gen = torch.Generator().manual_seed(3)
     states = [None, None] + [{"personal": factory.initial_weights(gen)} for _ in range(2)] \
         if cls is Ditto else [None] * 4
@@ -61,7 +66,7 @@ def test_evaluate_clients_matches_evaluate_client(cls: Any, params: Any) -> None
     vec = evaluate_clients(alg, [payload] * 4, states, datas, 8)
     assert_same(seq, vec)
     # each client's own model was tested: the same clients with the global model score differently
-    plain = evaluate_weights(factory.build(), [payload["weights"]] * 4, [d.x_test for d in datas],
+    plain = evaluate_weights(factory.build().to(device), [payload["weights"]] * 4, [d.x_test for d in datas],
                              [d.y_test for d in datas], 8)
     assert any(abs(p.loss_sum - v.loss_sum) > 1e-3 for p, v in zip(plain, vec))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -60,3 +61,54 @@ def test_plain_model_is_fedclocks_layer_for_layer(workload: str) -> None:
     ours = ModelFactory(work["model"], (1, 28, 28), 10, hidden=tuple(work["hidden"]) or (128,)).build()
     plain = e2e.build_model(work)
     assert [tuple(p.shape) for p in plain.parameters()] == [tuple(p.shape) for p in ours.parameters()]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("workload", ["cifar_cnn5", "cifar_resnet"])
+def test_cifar_scenarios_are_the_workloads(tmp_path: Path, workload: str, device: str) -> None:
+    """The CIFAR workloads: 1,000 clients, cohorts of 50, no client test split, the device
+    and GPU fractions in ``runtime`` (a file the loader accepts without a GPU)."""
+    e2e = load_script("e2e")
+    work = e2e.WORKLOADS[workload]
+    assert (work["clients"], work["cohort"], work["samples"], work["rounds"]) == (1000, 50, 50, 5)
+    extra = {"device": device, "num_actors": 4, "num_gpus": 0.25} if device == "cuda" else {}
+    (scenario,) = parse_suite(json.loads(e2e.scenario_text("w", work, tmp_path, 1, "ray", extra)), "e2e").runs
+    assert (scenario.dataset.name, scenario.dataset.client_test_fraction, scenario.mode.cohort_size) == \
+        ("cifar10", 0, 50)
+    assert (scenario.runtime.device, scenario.runtime.num_gpus) == (device, 0.25 if device == "cuda" else 0.0)
+    tiny = e2e.sized(work, tiny=True, rounds=3)
+    assert (tiny["clients"], tiny["cohort"], tiny["rounds"]) == (e2e.TINY["clients"], e2e.TINY["cohort"], 3)
+
+
+def test_generated_cifar_pickles_are_what_fedclock_and_the_plain_loop_read(tmp_path: Path) -> None:
+    """The generated files are CIFAR-10's python pickles as fedclock's reader takes them: the
+    same images and labels, the same standardization, as the plain loop's own reader."""
+    from fedclock.scenarios.datasets import load_dataset
+    from fedclock.scenarios.schema import DatasetConfig
+
+    e2e = load_script("e2e")
+    e2e.write_cifar10(tmp_path, train=20, test=6)
+    ours = load_dataset(DatasetConfig(name="cifar10", root=str(tmp_path)), seed=0, num_clients=2)
+    x_tr, y_tr, x_te, y_te = e2e.read_cifar10(tmp_path)
+    assert x_tr.shape == (20, 3, 32, 32) and x_te.shape == (6, 3, 32, 32) and set(y_tr) <= set(range(10))
+    # fedclock holds the training pool in its own order; compare as sorted rows
+    key = lambda x: sorted(map(tuple, np.round(x.reshape(len(x), -1), 4).tolist()))  # noqa: E731
+    assert key(ours.x_train.numpy()) == key(x_tr) and key(ours.x_test.numpy()) == key(x_te)
+    assert sorted(ours.y_train.tolist()) == sorted(y_tr.tolist())
+    assert sorted(ours.y_test.tolist()) == sorted(y_te.tolist())
+    with pytest.raises(ValueError, match="multiple of 5"):
+        e2e.write_cifar10(tmp_path / "bad", train=7, test=1)
+
+
+def test_a_failing_or_hanging_side_is_reported_not_fatal() -> None:
+    """A side that exits with an error or outlives ``--side-timeout`` raises ``SideFailed``
+    (the script reports it and goes on with the other sides)."""
+    import sys
+
+    e2e = load_script("e2e")
+    with pytest.raises(e2e.SideFailed, match="exit status 3: boom"):
+        e2e.timed([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"])
+    with pytest.raises(e2e.SideFailed, match="timed out after 0.5 s"):
+        e2e.timed([sys.executable, "-c", "import time; time.sleep(30)"], limit=0.5)
+    wall, _ = e2e.timed([sys.executable, "-c", "pass"], limit=30)
+    assert wall < 30

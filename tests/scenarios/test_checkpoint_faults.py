@@ -1,90 +1,48 @@
-"""Checkpoints under faults: a writer killed at any step of checkpointing leaves a run that
-resumes bit-identically; a damaged checkpoint is refused and an older one taken, saying so;
-a checkpoint that counts rows the tables lack is skipped (:mod:`fedclock.scenarios.checkpoints`)."""
+"""Checkpoints under faults: a writer killed (``SIGKILL``) at any step of checkpointing leaves
+a run that resumes bit-identically; a damaged checkpoint is refused and an older one taken,
+saying so; a checkpoint that counts rows the tables lack is skipped
+(:mod:`fedclock.scenarios.checkpoints`)."""
 from __future__ import annotations
 
-import os
-import shutil
+import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from fedclock.actors.runtime import Runtime
-from fedclock.scenarios import experiment
 from fedclock.scenarios.checkpoints import CheckpointError, checkpoint_dir
 from fedclock.scenarios.experiment import run_scenario
-from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
 from tests.conftest import scenario
+from tests.scenarios.checkpoint_kill import SMALL
 from tests.scenarios.test_checkpoints import _assert_same
-
-SMALL = {**ASYNC_HETEROGENEOUS, "population": {**ASYNC_HETEROGENEOUS["population"], "num_clients": 4},
-         "stop": {"versions": 9}, "evaluation": {"every": 2}, "output": {"checkpoint_every": 3, "progress": False}}
-"""Checkpoints at versions 3, 6 and 9; the faults hit the one of version 6."""
-TARGET = 6
-
-
-class Killed(Exception):
-    """Stands for the process dying at one step."""
-
-
-def _steps(monkeypatch: pytest.MonkeyPatch, kill_at: int | None) -> list[str]:
-    """Count the file-system steps of the checkpoint of :data:`TARGET` (from making the
-    tables durable to pruning old checkpoints); with ``kill_at``, die just before that step."""
-    done: list[str] = []
-    armed = [False]
-
-    def step(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            if armed[0]:
-                if kill_at is not None and len(done) == kill_at:
-                    raise Killed(f"before step {kill_at}: {name}")
-                done.append(name)
-            return original(*args, **kwargs)
-        return wrapped
-
-    for owner, attr in [(os, "replace"), (os, "fsync"), (os, "unlink"), (os, "rmdir"), (os, "mkdir"),
-                        (shutil, "rmtree"), (torch, "save"), (pq, "write_table"), (Path, "write_text")]:
-        monkeypatch.setattr(owner, attr, step(f"{getattr(owner, '__name__', owner)}.{attr}", getattr(owner, attr)))
-    save = experiment._save_checkpoint
-
-    def saving(writer: Any, out_dir: Path, ckpt: Any, mark: str, run_id: str) -> None:
-        armed[0] = ckpt.version == TARGET
-        try:
-            save(writer, out_dir, ckpt, mark, run_id)
-        finally:
-            armed[0] = False
-    monkeypatch.setattr(experiment, "_save_checkpoint", saving)
-    return done
 
 
 @pytest.mark.slow
-def test_a_writer_killed_at_every_step_of_checkpointing_resumes_bit_identically(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kill before each step of writing a checkpoint (commit and fsync the tables' rows,
-    write and fsync the checkpoint's files and hashes, rename, fsync, prune): every time,
-    ``resume`` ends with the tables of an uninterrupted run. Of a run of consecutive fsyncs
-    only the first is a kill point (a kill before a later one leaves the same files: fsync
-    changes nothing a killed process's successor can see)."""
-    inline = Runtime("inline")
-    s = scenario(**SMALL)
-    steps = _steps(monkeypatch, None)
-    run_scenario(s, inline, tmp_path / "whole")
-    monkeypatch.undo()
-    assert len(steps) >= 10 and "torch.save" in steps and "os.fsync" in steps
-    points = [k for k, name in enumerate(steps) if name != "os.fsync" or k == 0 or steps[k - 1] != "os.fsync"]
-    for k in points:
-        out = tmp_path / f"killed-{k}"
-        _steps(monkeypatch, k)
-        with pytest.raises(Killed):
-            run_scenario(s, inline, out)
-        monkeypatch.undo()
-        notes: list[str] = []
-        run_scenario(s, inline, out, resume=True, on_note=notes.append)
-        _assert_same(tmp_path / "whole", out)
-        assert all("\n" not in n for n in notes)
+def test_a_writer_sigkilled_at_every_step_of_checkpointing_resumes_bit_identically(tmp_path: Path) -> None:
+    """A process (forked from one warm driver, :mod:`tests.scenarios.checkpoint_kill`) sends
+    itself ``SIGKILL`` just before each step of writing a checkpoint (commit and fsync the
+    tables' rows, write and fsync the checkpoint's files and hashes, rename, fsync, prune), so
+    no ``finally`` block, buffered write or exit handler runs; another resumes the folder.
+    Every killed child must die of the signal, and every resume must end with the tables of
+    the uninterrupted run, its notes one line each. Of a run of consecutive fsyncs only the
+    first is a kill point (a kill before a later one leaves the same files). About 20 s of
+    CPU (one ``python`` start, then two forks per kill point): marked slow."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "tests.scenarios.checkpoint_kill", str(tmp_path)], cwd=root,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert len(report["steps"]) >= 10 and "torch.save" in report["steps"] and "os.fsync" in report["steps"]
+    assert len(report["points"]) >= 8
+    for point in report["points"]:
+        assert point["signal"] == signal.SIGKILL, (point, done.stderr[-3000:])
+        assert all("\n" not in n for n in point["notes"])
+        _assert_same(tmp_path / "whole", tmp_path / f"killed-{point['point']}")
 
 
 def _crashed_run(tmp_path: Path) -> tuple[Any, Path]:
@@ -127,7 +85,6 @@ def test_a_checkpoint_counting_rows_the_tables_lack_is_skipped(tmp_path: Path) -
     s, out = _crashed_run(tmp_path)
     run_scenario(s, Runtime("inline"), tmp_path / "whole")
     events = pq.read_table(out / "events.parquet")
-    import json
     meta = json.loads((checkpoint_dir(out) / "9" / "meta.json").read_text())
     pq.write_table(events.slice(0, meta["rows"]["events"] - 1), out / "events.parquet")
     notes: list[str] = []

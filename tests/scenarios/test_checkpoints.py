@@ -173,7 +173,7 @@ def test_resume_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_a_checkpoint_of_another_scenario_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    s = scenario(**ASYNC, output={"checkpoint_every": 4, "progress": False})
+    s = scenario(**{**ASYNC, "stop": {"versions": 4}}, output={"checkpoint_every": 4, "progress": False})
     run_scenario(s, Runtime("inline"), tmp_path)
     resolved = tmp_path / "scenario.resolved.yaml"
     resolved.write_text(resolved.read_text().replace("seed: 7", "seed: 8"))
@@ -200,8 +200,10 @@ output: {flush_every_s: 0.5, progress: false, checkpoint_every: 20}
 
 
 def test_resume_after_sigkill_of_the_driver_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    """Killed as soon as its first checkpoint (version 20) is on disk: 100 versions leave the
+    child 80 more to be killed in (the kill lands long before its end)."""
     file = tmp_path / "killed.yaml"
-    file.write_text(KILLED)
+    file.write_text(KILLED.replace("stop: {versions: 300}", "stop: {versions: 100}"))
     out = tmp_path / "killed"
     code = kill_run_when(file, out, lambda: any(p.name.isdigit() for p in (out / "checkpoints").glob("*")))
     assert code == -signal.SIGKILL
@@ -210,7 +212,7 @@ def test_resume_after_sigkill_of_the_driver_equals_an_uninterrupted_run(tmp_path
     assert main(["run", str(file), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
     _assert_same(out, tmp_path / "whole")
     assert not (out / "events.parts").exists()
-    assert len(pd.read_parquet(out / "events.parquet")) >= 300 and resumed_from < 300
+    assert len(pd.read_parquet(out / "events.parquet")) >= 100 and resumed_from < 100
     wall = pd.read_parquet(out / "metrics.parquet").wall_time
     assert wall.is_monotonic_increasing  # the resumed rows go on from the checkpoint's wall time
 

@@ -100,9 +100,8 @@ def test_same_tables_on_ray_and_inline(ray_runtime: Runtime, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("sections, message", [
-    ({"algorithm": {"name": "fedasync"}, "mode": {"type": "async", "concurrency": 2}, "stop": {"versions": 2},
-      "upload": {"compression": {"type": "fp16"}}},
-     "upload.compression: algorithm 'fedasync' does not upload a model delta"),
+    ({"algorithm": {"name": "scaffold"}, "upload": {"compression": {"type": "fp16"}}},
+     "upload.compression: algorithm 'scaffold' uploads neither a model delta nor the model"),
     ({"upload": {"compression": {"type": "top_k"}}}, "upload.compression: give exactly one of k and fraction"),
     ({"upload": {"compression": {"type": "quantize", "bits": 0}}},
      "upload.compression.bits: Input should be greater than or equal to 1 (got 0)"),
@@ -113,3 +112,46 @@ def test_mistakes_are_one_line_errors(sections: dict[str, Any], message: str) ->
     with pytest.raises(ScenarioError) as err:
         scenario(**sections)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+MODEL_UPLOAD = dict(  # FedAsync uploads its model: the codec encodes its difference from the received one
+    population={"num_clients": 10, "devices": {"compute": {"dist": "loguniform", "low": 100, "high": 400},
+                                               "up_mbps": 0.2, "down_mbps": 10, "latency_s": 0.05}},
+    dataset={"name": "digits", "partition": {"type": "dirichlet_by_class", "alpha": 0.5}},
+    model={"name": "mlp", "hidden": [64]},
+    algorithm={"name": "fedasync", "lr": 0.1, "local_steps": 10, "batch_size": 16, "alpha": 0.6},
+    mode={"type": "async", "concurrency": 5}, stop={"versions": 40}, evaluation={"every": 40, "personalized": False},
+)
+
+
+def test_a_model_upload_in_fp16_charges_two_bytes_a_parameter(tmp_path: Path) -> None:
+    """FedAsync with fp16 uploads: 2 bytes per parameter on the wire (the received model that
+    rides along for the server's decoding is not charged), and the upload time shrinks to it."""
+    s = scenario(**{**MODEL_UPLOAD, "stop": {"versions": 3}, "upload": {"compression": {"type": "fp16"}}})
+    run_scenario(s, Runtime("inline"), tmp_path)
+    events = pd.read_parquet(tmp_path / "events.parquet")
+    events = events[events.status == "applied"]
+    assert len(events) == 3 and set(events.bytes_up) == {2 * MLP_64}
+    assert (events.upload_s - (2 * MLP_64 * 8 / 0.2e6 + 0.05)).abs().max() < 1e-9
+
+
+@pytest.mark.slow
+def test_model_upload_top_k_with_error_feedback_learns_where_without_it_does_worse(tmp_path: Path) -> None:
+    """FedAsync's model uploads through top-1 % of their difference from the received model
+    (k = 49 of 4810), three paired seeds: with error feedback it must beat the same codec
+    without it on every seed and by at least 3 points on average (measured at the time of
+    writing: 58.5 vs 49.0, 63.0 vs 55.4, 81.1 vs 69.9 after 40 versions). Without error feedback 99 % of each
+    task's change is lost; the ordering is decided by whole images of the 359 in the test
+    set, and with error feedback off in both arms the accuracies are equal and the test fails.
+    (Six runs of 40 versions, the slowest of this issue's tests: fewer versions leave the
+    accuracies too close for an ordering on every seed.)"""
+    inline = Runtime("inline")
+    gains = []
+    for seed in (0, 1, 2):
+        acc = {}
+        for ef in (True, False):
+            s = scenario(**{**MODEL_UPLOAD, "seed": seed, "upload": {"compression": {
+                "type": "top_k", "fraction": 0.01, "error_feedback": ef}}})
+            acc[ef] = run_scenario(s, inline, tmp_path / f"{ef}-{seed}").global_accuracy
+        gains.append(acc[True] - acc[False])
+    assert min(gains) > 0 and sum(gains) / 3 >= 0.03, gains

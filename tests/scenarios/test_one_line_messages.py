@@ -41,9 +41,13 @@ def _one_line(capsys: pytest.CaptureFixture[str], *names: str, prefix: str = "fe
     ("population.num_clients=true", ["population.num_clients: must be a number (got true)"]),
     ("algorithm.lr=true", ["algorithm.lr: must be a number (got true)"]),
     ("algorithm.name=builtins:dict", ["algorithm.name", "not a subclass"]),
+    ("model.name=builtins:dict", ["model.name: builtins:dict is the class dict, not an nn.Module subclass"]),
+    ("model.name=collections:OrderedDict", ["model.name: collections:OrderedDict is the class OrderedDict"]),
+    ("model.name=builtins:max", ["model.name: builtins:max", "arguments cannot be read"]),
     ("population.availability={type: trace, path: /dev/zero}", ["population.availability.path", "/dev/zero",
                                                                 "not a regular file"]),
-], ids=["dotdot", "bool-int", "bool-float", "builtin-algorithm", "dev-zero"])
+], ids=["dotdot", "bool-int", "bool-float", "builtin-algorithm", "builtin-model", "class-model",
+        "builtin-function-model", "dev-zero"])
 def test_validate_gives_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str,
                                  names: list[str]) -> None:
     file = tmp_path / "p.yaml"
@@ -62,7 +66,8 @@ def test_a_suite_named_dotdot_is_refused(tmp_path: Path, capsys: pytest.CaptureF
 @pytest.mark.parametrize("override, names", [
     ("mode.deadline_s=0.000001", ["mode.deadline_s", "fastest possible task"]),
     ("runtime.device=cuda", ["runtime.device: cuda", "no GPU"]),
-], ids=["deadline", "cuda"])
+    ("model.name=builtins:dict", ["model.name: builtins:dict is the class dict, not an nn.Module subclass"]),
+], ids=["deadline", "cuda", "builtin-model"])
 def test_run_gives_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                             override: str, names: list[str]) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -142,3 +147,11 @@ def test_validate_no_import_runs_none_of_the_files_code(tmp_path: Path, capsys: 
     _one_line(capsys, "population.num_clients")
     assert main(["validate", str(file)]) == 0
     assert (tmp_path / "ran.txt").exists()
+
+
+def test_validate_help_says_it_runs_the_files_code(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: ``validate`` imports the modules a scenario names, so its help must say that it
+    runs their code and offer the check that imports nothing."""
+    assert main(["validate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "which runs its code" in text and "--no-import" in text and "import nothing" in text

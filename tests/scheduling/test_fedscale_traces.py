@@ -170,3 +170,29 @@ def test_a_fedscale_device_file_needs_the_samples_unit(tmp_path: Path, capsys: p
     assert err.count("\n") == 1 and "device_trace" in err and "compute_unit: samples_per_s" in err
     spec.write_text(spec.read_text().replace("{num_clients: 2,", "{num_clients: 2, compute_unit: samples_per_s,"))
     assert main(["validate", str(spec)]) == 0
+
+
+def test_a_converted_trace_records_its_unit_and_a_contradicting_scenario_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``traces convert`` writes ``fedclock.compute_unit: samples_per_s`` into the Parquet's
+    schema metadata (no memory column, so no memory unit); a scenario reading it with the
+    default gflops is one line naming the field and the recorded unit; samples_per_s validates."""
+    import pyarrow.parquet as pq
+
+    from fedclock.scheduling.traces import recorded_compute_unit
+
+    capacity = write(tmp_path / "client_device_capacity", CAPACITY)
+    converted = tmp_path / "devices.parquet"
+    assert main(["traces", "convert", str(capacity), str(converted), "--clients", "2"]) == 0
+    assert "samples_per_s" in capsys.readouterr().out
+    metadata = pq.read_schema(converted).metadata
+    assert metadata[b"fedclock.compute_unit"] == b"samples_per_s" and b"fedclock.memory_unit" not in metadata
+    assert recorded_compute_unit(converted) == "samples_per_s"
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: unit\nalgorithm: {name: fedavg}\nstop: {rounds: 1}\n"
+                    f"population: {{num_clients: 2, device_trace: {converted}}}\n")
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "device_trace" in err and "records compute in samples_per_s" in err, err
+    spec.write_text(spec.read_text().replace("{num_clients: 2,", "{num_clients: 2, compute_unit: samples_per_s,"))
+    assert main(["validate", str(spec)]) == 0

@@ -194,9 +194,10 @@ class FakeBackend:
         self.version = 0
         self.released: list[tuple[int, bool]] = []
         self.failed_tasks: list[tuple[int, bool]] = []
+        self.started: list[int] = []
 
     def start(self, task: Task) -> None:
-        task.handle = "running"
+        self.started.append(task.index)  # the backend keys its work by task index; it never writes a Task
 
     def apply(self, tasks: Any) -> int:
         self.version += 1

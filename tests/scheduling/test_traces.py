@@ -17,7 +17,8 @@ from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError, load_suite
 from fedclock.scheduling.traces import TraceError, read_availability_trace, read_device_trace
-from fedclock.scheduling.availability import Diurnal, TraceReplay, population_availability
+from fedclock.scheduling.availability import Diurnal, TraceReplay
+from fedclock.scheduling.population import population_availability
 from tests.conftest import scenario
 
 ROOT = Path(__file__).resolve().parents[2] / "scenarios"
@@ -159,3 +160,30 @@ def test_diurnal_phases_are_seeded_per_client() -> None:
     assert len(set(phases)) == 50 and 0 <= min(phases) and max(phases) < 1000
     online = np.mean([m.available(123.0, 0) for m in population_availability(s.population, 7)])
     assert 0.3 < online < 0.7  # on_fraction 0.5 with random phases
+
+
+def test_trace_memory_feeds_feasibility(tmp_path: Path) -> None:
+    """A device trace's ``memory_gb`` (time-0 rows) is a device's memory: client 0 gets 1 kB,
+    less than the MLP's parameters, so it is infeasible and never dispatched (as with a
+    device class's memory); the others have no memory figure (not limited). The Parquet
+    written with :func:`write_device_trace` records ``GB`` for it. A later row giving memory
+    is refused in one line."""
+    import pyarrow.parquet as pq
+
+    from fedclock.scheduling.traces import write_device_trace
+
+    frame = pd.DataFrame({"client": [0, 1, 2], "time_s": [0.0, 0.0, 0.0], "compute": [50.0, 50.0, 50.0],
+                          "memory_gb": [1e-6, float("nan"), float("nan")]})
+    trace = tmp_path / "devices.parquet"
+    write_device_trace(frame, trace, "samples_per_s")
+    assert pq.read_schema(trace).metadata[b"fedclock.memory_unit"] == b"GB"
+    s = scenario(population={"num_clients": 3, "device_trace": str(trace)}, stop={"rounds": 2})
+    run_scenario(s, Runtime("inline"), tmp_path / "out")
+    events = pd.read_parquet(tmp_path / "out" / "events.parquet")
+    clients = pd.read_parquet(tmp_path / "out" / "clients.parquet")
+    assert set(events.client) == {1, 2} and list(clients.feasible) == [False, True, True]
+    assert clients.memory_gb[0] == 1e-6
+    later = tmp_path / "later.csv"
+    later.write_text("client,time_s,memory_gb\n0,0,4\n0,10,2\n")
+    with pytest.raises(TraceError, match="row 2: column 'memory_gb' is read at time_s 0 only"):
+        read_device_trace(later)

@@ -1,0 +1,51 @@
+"""Counted costs shared by the runs of one session: a context object, passed explicitly.
+
+Counting a task's FLOPs and memory (:class:`~fedclock.algorithms.task_cost.TaskCost`) and a
+server step's FLOPs (:class:`~fedclock.algorithms.server_cost.ServerCost`) is pure: the same
+algorithm, parameters, model, links and input type give the same numbers. So the runs of one
+file (and the seeds of a run) that share them count once, through the :class:`CountedCosts`
+that :func:`fedclock.scenarios.api.execute` makes for its session and hands to each
+:func:`~fedclock.scenarios.experiment.run_scenario`; a run given none counts on its own. No
+cache outlives its session.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedclock.algorithms.base import Algorithm
+from fedclock.algorithms.server_cost import ServerCost
+from fedclock.algorithms.task_cost import TaskCost
+
+
+def cost_key(algorithm: Algorithm, input_dtype: torch.dtype) -> tuple[object, ...]:
+    """What a count depends on: the algorithm's class and parameters, the model, the
+    population size, the links' codecs, the server optimizer and the input type."""
+    f = algorithm.model_factory
+    return (type(algorithm), algorithm.params.model_dump_json(), f.name, tuple(f.input_shape), f.num_classes,
+            tuple(f.hidden), f.init_seed, id(f.builder), algorithm.num_clients, input_dtype,
+            repr(getattr(algorithm, "upload_codec", None)), repr(getattr(algorithm, "download_codec", None)),
+            repr(algorithm.server_optimizer))
+
+
+@dataclass
+class CountedCosts:
+    """The counted costs of one session's runs, by :func:`cost_key`."""
+
+    tasks: dict[tuple[object, ...], TaskCost] = field(default_factory=dict)
+    servers: dict[tuple[object, ...], ServerCost] = field(default_factory=dict)
+
+    def task(self, algorithm: Algorithm, input_dtype: torch.dtype) -> TaskCost:
+        """The counted FLOPs and memory of ``algorithm``'s client tasks."""
+        key = cost_key(algorithm, input_dtype)
+        if key not in self.tasks:
+            self.tasks[key] = TaskCost(algorithm, input_dtype)
+        return self.tasks[key]
+
+    def server(self, algorithm: Algorithm, input_dtype: torch.dtype) -> ServerCost:
+        """The counted FLOPs of ``algorithm``'s server step, by number of arrivals."""
+        key = cost_key(algorithm, input_dtype)
+        if key not in self.servers:
+            self.servers[key] = ServerCost(algorithm, input_dtype)
+        return self.servers[key]

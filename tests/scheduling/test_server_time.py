@@ -1,0 +1,71 @@
+"""The server's step in virtual time (``server.compute_gflops``,
+:mod:`fedclock.scheduling.server_device`): the new version is published the step's counted
+FLOPs over the server's speed after its arrivals are in; without the setting nothing moves."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fedclock.actors.runtime import Runtime
+from fedclock.scenarios.cli import main
+from fedclock.scenarios.experiment import run_scenario
+from fedclock.scheduling.server_device import ServerDevice
+from tests.conftest import scenario
+
+P = 64 * 8 + 8 + 8 * 10 + 10
+"""The digits MLP's parameters (64 features -> 8 hidden -> 10 classes)."""
+SPEED = 1e-3
+"""GFLOP/s: a server slow enough that a step takes seconds (1 MFLOP/s)."""
+DEVICES = [{"ids": [0, 1, 2], "compute": 100.0, "down_mbps": 8.0, "up_mbps": 2.0, "latency_s": 0.1}]
+
+
+def _metrics(tmp_path: Path, name: str, **sections: object) -> pd.DataFrame:
+    run_scenario(scenario(**sections), Runtime("inline"), tmp_path / name)
+    return pd.read_parquet(tmp_path / name / "metrics.parquet").set_index("version")
+
+
+def test_step_seconds_by_hand() -> None:
+    assert ServerDevice().step_seconds(lambda k: 10**9) is None
+    seconds = ServerDevice(compute_gflops=2.0).step_seconds(lambda k: k * 10**9)
+    assert seconds is not None and seconds(3) == 1.5
+
+
+def test_sync_round_publishes_after_the_server_step(tmp_path: Path) -> None:
+    """Sync FedAvg, three identical clients, two rounds: each round's version is published
+    (and evaluated) ``(2 k P + 2 P) / speed`` seconds later than without a server speed (k = 3
+    arrivals, FedAvg's averaging counted by hand in tests/algorithms/test_server_cost.py),
+    and the second round starts that much later too. Fails if the clock ignores the setting."""
+    common = dict(population={"num_clients": 3, "clients": DEVICES}, algorithm={"name": "fedavg", "local_steps": 2,
+                                                                                  "batch_size": 8})
+    plain = _metrics(tmp_path, "plain", **common)
+    slow = _metrics(tmp_path, "slow", **common, server={"compute_gflops": SPEED})
+    step = (2 * 3 * P + 2 * P) / (SPEED * 1e9)
+    assert slow.loc[1, "virtual_time"] == pytest.approx(plain.loc[1, "virtual_time"] + step, rel=1e-12)
+    assert slow.loc[2, "virtual_time"] == pytest.approx(plain.loc[2, "virtual_time"] + 2 * step, rel=1e-12)
+    assert list(slow.global_accuracy) == list(plain.global_accuracy)
+
+
+def test_async_arrival_publishes_after_the_server_step(tmp_path: Path) -> None:
+    """Async FedAvg, one slot: each arrival's step (one delta: ``P`` for the add with weight 1,
+    ``2 P`` for ``w + lr * step``) delays its version by ``3 P / speed``; the next dispatch
+    waits for it, so version v comes ``v`` steps later."""
+    common = dict(population={"num_clients": 3, "clients": DEVICES}, algorithm={"name": "fedasync", "local_steps": 2,
+                                                                                  "batch_size": 8},
+                  mode={"type": "async", "concurrency": 1}, stop={"versions": 2})
+    plain = _metrics(tmp_path, "plain", **common)
+    slow = _metrics(tmp_path, "slow", **common, server={"compute_gflops": SPEED})
+    assert slow.loc[2, "virtual_time"] - plain.loc[2, "virtual_time"] == pytest.approx(
+        2 * (slow.loc[1, "virtual_time"] - plain.loc[1, "virtual_time"]), rel=1e-9)
+    assert slow.loc[1, "virtual_time"] > plain.loc[1, "virtual_time"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", ".nan", "fast"])
+def test_bad_server_speed_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ndataset: {name: digits}\nalgorithm: {name: fedavg}\nstop: {rounds: 1}\n"
+                    f"server: {{compute_gflops: {value}}}\n")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "server.compute_gflops" in err and "Traceback" not in err, err
