@@ -329,12 +329,16 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
         ModelFactory.load_flat(content.body, payload["body"])
         return content.body
 
+    probe_style_controls: ClassVar[tuple[str, ...]] = ("swapped", "zero", "content")
+    """The controls :meth:`personal_probe` takes besides the client's own style (its ``style``)."""
+
     @property
     def probe_uses_donor(self) -> bool:
         """Whether :meth:`personal_probe` wants another client's state (``probe_style: swapped``)."""
         return self.params.probe_style == "swapped"
 
-    def personal_probe(self, payload: Tensors, client_state: Tensors | None, donor: Tensors | None = None
+    def personal_probe(self, payload: Tensors, client_state: Tensors | None, donor: Tensors | None = None,
+                       style: Literal["own", "swapped", "zero", "content"] | None = None
                        ) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module | None]:
         """Eq. (4) with the client's local models fixed: frozen ``[f_c,local(x), f_s(x)]`` and
         a :class:`StyleInfusion` copy of the client's G trained with the classifier; with
@@ -344,29 +348,32 @@ class FedStyle(ObjectiveMixin, Algorithm[FedStyleParams]):
         paper): ``swapped`` uses the style encoder of ``donor``, another client's state (the
         linear evaluation passes the next client's, :mod:`fedclock.scenarios.linear_eval`);
         ``zero`` feeds zeros in place of ``f_s(x)``. Everything else, the client's G included,
-        is the client's own."""
+        is the client's own. ``style`` (default: ``probe_style``) picks the style for this call,
+        ``content`` being the ``personal_features: content`` ablation, so one run can probe all
+        of them (``evaluation.linear.style_controls``)."""
         if client_state is None:
             return self._content_only(payload), None
         local = self._load(client_state["local_body"], client_state)
-        if self.params.personal_features == "content":
+        if self.params.personal_features == "content" or style == "content":
             return local.content.body, None
         gen = self._new_generator().to(self._device())
         ModelFactory.load_flat(gen, client_state["generator"])
-        style: Callable[[torch.Tensor], torch.Tensor] = local.style
-        if self.params.probe_style == "swapped":
+        which = self.params.probe_style if style is None else style
+        style_of: Callable[[torch.Tensor], torch.Tensor] = local.style
+        if which == "swapped":
             if donor is None:
                 raise ValueError("fedstyle: probe_style swapped needs another client's state (donor)")
-            style = self._new_style_encoder(donor["style"])
-        elif self.params.probe_style == "zero":
+            style_of = self._new_style_encoder(donor["style"])
+        elif which == "zero":
             dim = self.dim
 
             def no_style(x: torch.Tensor) -> torch.Tensor:
                 return torch.zeros(x.shape[0], dim, device=x.device)
 
-            style = no_style
+            style_of = no_style
 
         def frozen(x: torch.Tensor) -> torch.Tensor:
-            return torch.cat([local.content.body(x), style(x)], dim=1)
+            return torch.cat([local.content.body(x), style_of(x)], dim=1)
 
         return frozen, StyleInfusion(gen, self.dim)
 

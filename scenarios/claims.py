@@ -19,6 +19,8 @@ FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``)
       a: plga                              # run name of the file (the file's name if it has no runs:)
       b: fedasync                          # the run compared against (omit for a single cell)
       metric: final_global                 # see METRICS
+      b_metric: linear_personalization_zero  # B's metric when it differs from A's (optional; then b
+                                           # may name A's own run: two probes of one run, paired)
       direction: greater                   # greater | less | equal: the claimed sign of A - B
       margin: 0.01                         # equivalence margin, in the metric's unit (default 0.01)
       target: 0.8                          # only for rounds_to_target / time_to_target
@@ -36,9 +38,11 @@ Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
 * ``rounds_to_target`` / ``time_to_target``: the server version / virtual seconds of the
   first evaluation with global accuracy >= ``target`` (a seed that never reaches it counts
   as its last evaluation's version / time, and the report says how many did not);
-* ``linear_generalization`` / ``linear_personalization``: a self-supervised run's final linear
-  evaluation, the ``average`` row of that kind in ``linear_eval.parquet``
-  (:mod:`fedclock.scenarios.linear_eval`);
+* ``linear_generalization`` / ``linear_transfer`` / ``linear_personalization`` /
+  ``linear_personalization_swapped`` / ``linear_personalization_zero`` /
+  ``linear_personalization_content``: a self-supervised run's final linear evaluation, the
+  ``average`` row of that kind in ``linear_eval.parquet`` (:mod:`fedclock.scenarios.linear_eval`;
+  the last three need ``evaluation.linear.style_controls``).
 * ``cka_depth_drop`` / ``cka_rise`` / ``cka_head_gap``: a run's ``cka.parquet``
   (``analysis: cka``, :mod:`fedclock.scenarios.analysis`), the per-layer CKA between each
   client's local model and the global model averaged over the clients (FedReCo Fig. 2):
@@ -63,12 +67,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
-           "linear_generalization", "linear_personalization", "cka_depth_drop", "cka_rise", "cka_head_gap")
+METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
+           "linear_generalization", "linear_transfer", "linear_personalization", "linear_personalization_swapped",
+           "linear_personalization_zero", "linear_personalization_content", "cka_depth_drop", "cka_rise", "cka_head_gap")
 """The metrics a claim may compare."""
 
 Metric = Literal["final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target",
-                 "time_to_target", "linear_generalization", "linear_personalization", "cka_depth_drop", "cka_rise",
-                 "cka_head_gap"]
+                 "time_to_target", "linear_generalization", "linear_transfer", "linear_personalization",
+                 "linear_personalization_swapped", "linear_personalization_zero",
+                 "linear_personalization_content", "cka_depth_drop", "cka_rise", "cka_head_gap"]
 Direction = Literal["greater", "less", "equal"]
 
 
@@ -89,6 +96,7 @@ class Claim(BaseModel):
     a: str
     b: str | None = None
     metric: Metric
+    b_metric: Metric | None = None
     direction: Direction
     margin: float = Field(0.01, gt=0)
     target: float | None = None
@@ -107,19 +115,32 @@ class Claim(BaseModel):
             raise ValueError("give b: (the run compared against) or reference: (the paper's number, single cell)")
         if self.b is not None and self.reference is not None:
             raise ValueError("give b: or reference:, not both")
+        if self.b_metric is not None and self.b is None:
+            raise ValueError("b_metric: needs b: (the run it is measured on)")
+        if self.b_metric is not None and self.unit != _unit(self.b_metric):
+            raise ValueError(f"b_metric: {self.b_metric} is not in the unit of metric {self.metric}")
         return self
+
+    @property
+    def metric_of_b(self) -> Metric:
+        """The metric measured on B (``b_metric``, else A's)."""
+        return self.b_metric if self.b_metric is not None else self.metric
 
     @property
     def unit(self) -> str:
         """The unit the metric is shown in."""
-        if self.metric.startswith("cka_"):
-            return "CKA x 100"
-        return {"rounds_to_target": "versions", "time_to_target": "virtual s"}.get(self.metric, "% points")
+        return _unit(self.metric)
 
     @property
     def scale(self) -> float:
         """Factor from the metric's value to the unit shown (accuracies in %)."""
         return 1.0 if self.metric in ("rounds_to_target", "time_to_target") else 100.0
+
+
+def _unit(metric: str) -> str:
+    if metric.startswith("cka_"):
+        return "CKA x 100"
+    return {"rounds_to_target": "versions", "time_to_target": "virtual s"}.get(metric, "% points")
 
 
 class ClaimSet(BaseModel):

@@ -8,7 +8,7 @@
     fedclock plot DIR [--out DIR]
     fedclock compare DIR... [--target ACC ...] [--metric global|personal] [--per-seed] [--out DIR]
     fedclock traces convert IN OUT [--clients N] [--until-s S]
-    fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR]
+    fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR] [--set KEY=VALUE ...]
 
 FILE is a path, or the name of a shipped scenario (``quickstart``,
 ``library/async_heterogeneous``). User mistakes print one line, ``fedclock: error: …``, and
@@ -134,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="where the runs go and are reused from (default: results/reproduce/FAMILY)")
     rep.add_argument("--report", type=Path, default=None,
                      help="where FAMILY.md and its PNGs go (default: docs/reproductions)")
+    rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a field of every run, e.g. --set runtime.device=cuda (repeatable)")
     return parser
 
 
@@ -391,7 +393,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from fedclock.scenarios.reproduce import reproduce
 
     path, outcomes = reproduce(args.family, args.seeds, args.jobs, args.out, args.report,
-                               on_done=lambda job: print(f"  ran {job.out_dir}", flush=True))
+                               on_done=lambda job: print(f"  ran {job.out_dir}", flush=True), sets=args.overrides)
     for o in outcomes:
         print(f"{o.claim.id}: {o.verdict}")
     print(f"report: {path}")

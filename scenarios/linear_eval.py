@@ -4,6 +4,12 @@
   (``algorithm.global_representation(state)``, FedStyle: the global f_c) and a linear
   classifier trained on *all* of the domain's training pool (every client's share,
   train and test splits alike), tested on the domain's global test set.
+* **Transfer** (cross-style; not in the paper, a harder probe that is not at ceiling): the
+  classifier each domain's generalization probe trained, tested on the global test sets of
+  the *other* domains (their mean accuracy; the domain's row is the style it trained on).
+  It asks whether the global features of one object are the same whatever its style, which
+  is what style infusion is meant to teach the content model (FedStyle, Sec. "Analysis of
+  style-infused representation"). A single-domain federation has no transfer rows.
 * **Personalization**, per client: the client's frozen representation and trainable
   adapter (``algorithm.personal_probe(payload, client_state)``; FedStyle: its local
   ``[f_c, f_s]`` frozen and its generator G trained with the classifier) and a linear
@@ -11,30 +17,43 @@
   corresponding testing data in each style dataset": the global test set of the client's
   domain, as generalization is (the client's own test split, if any, is not used); a
   domain's figure is the mean over its clients. FedStyle's ``probe_style: swapped`` control
-  gets the state of the next client (id order, wrapping round) as the donor of its style
-  encoder. The single client of a Centralized
+  gets the state of the next client (id order, wrapping round) that has one as the donor of
+  its style encoder. The single client of a Centralized
   federation (domain :data:`~fedclock.scenarios.domains.ALL_DOMAINS`) has no
   personalization rows.
+* **Style controls** (``evaluation.linear.style_controls``; algorithms whose probe has a
+  style, i.e. that list ``probe_style_controls``: FedStyle): the personalization probe again
+  in the same run with each control, kinds ``personalization_swapped`` (the next
+  client's style encoder), ``personalization_zero`` (zeros in place of the style) and
+  ``personalization_content`` (the generalized content feature alone, the paper's ablation
+  "Stylized content feature"), everything else (the client's models, its G, the classifier's initialization and batch
+  order) the same as the own-style probe, so own and control are paired client by client.
 
-Both are averaged over domains. A federation without domains counts as one domain
+Every probe's features are computed once per (encoder, image set) and the classifiers are
+trained on those cached features (:func:`~fedclock.algorithms.linear_eval.train_probe`); a
+domain's generalization classifier serves its transfer rows too.
+
+Each kind is averaged over domains. A federation without domains counts as one domain
 ``all``. Rows go to ``linear_eval.parquet`` in the run directory with columns ``kind``
-(generalization | personalization), ``domain`` (a domain's name or ``average``),
+(generalization | transfer | personalization | personalization_swapped |
+personalization_zero | personalization_content), ``domain`` (a domain's name or ``average``),
 ``client`` (-1 for domain and average rows), ``accuracy``, ``num_train``, ``num_test``.
-Every probe is seeded by (scenario seed, kind, domain or client).
+Every probe is seeded by (scenario seed, kind, domain or client); a control probe shares its
+client's own-style seed.
 """
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from fedclock.algorithms.base import Algorithm, ServerState, Tensors
-from fedclock.algorithms.linear_eval import linear_probe
+from fedclock.algorithms.base import Algorithm, EvalResult, ServerState, Tensors, evaluate_module
+from fedclock.algorithms.linear_eval import train_probe
+from fedclock.algorithms.ssl import features_of
 from fedclock.scenarios.domains import ALL_DOMAINS
 from fedclock.scenarios.federation import Federation
 from fedclock.scenarios.schema import LinearEvalConfig
@@ -60,63 +79,120 @@ def _domains(fed: Federation) -> tuple[list[str], np.ndarray, np.ndarray, np.nda
     return list(fed.domain_names), fed.client_domain, fed.train_domain, fed.test_domain
 
 
+FEATURE_BATCH = 1024
+"""Images per forward pass when features are extracted (as :func:`~fedclock.algorithms.linear_eval.linear_probe`)."""
+
+
+def _fit(frozen: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor, num_classes: int,
+         adapter: torch.nn.Module | None, rng: torch.Generator, cfg: LinearEvalConfig) -> torch.nn.Module:
+    """A probe trained on ``frozen``'s cached features of (x, y)."""
+    feats = features_of(frozen, x, FEATURE_BATCH).detach()
+    with torch.enable_grad():
+        return train_probe(feats, y, num_classes, adapter, rng, epochs=cfg.epochs, lr=cfg.lr,
+                           batch_size=cfg.batch_size)
+
+
+def _accuracy(probe: torch.nn.Module, feats: torch.Tensor, y: torch.Tensor) -> EvalResult:
+    return evaluate_module(probe, feats, y, FEATURE_BATCH)
+
+
 def linear_evaluation(algorithm: Any, state: ServerState, client_states: dict[int, Tensors | None],
                       federation: Federation, cfg: LinearEvalConfig, seed: int,
                       device: torch.device | str = "cpu") -> list[dict[str, Any]]:
-    """Generalization and personalization rows (see the module docstring)."""
+    """Generalization, transfer and personalization rows (see the module docstring)."""
     names, client_domain, train_domain, test_domain = _domains(federation)
-    probe = partial(linear_probe, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size)
     algorithm.to(device)
+    tests = [torch.from_numpy(np.flatnonzero(test_domain == k)) for k in range(len(names))]
+    test_x = [federation.x_test[te].to(device) for te in tests]
+    test_y = [federation.y_test[te].to(device) for te in tests]
+    encoder = algorithm.global_representation(state)
+    test_feats = [features_of(encoder, x, FEATURE_BATCH).detach() for x in test_x]
     rows: list[dict[str, Any]] = []
-    gen_acc = []
+    transfer: list[dict[str, Any]] = []
     for k, name in enumerate(names):
         tr = torch.from_numpy(np.flatnonzero(train_domain == k))
-        te = torch.from_numpy(np.flatnonzero(test_domain == k))
-        encoder = algorithm.global_representation(state)
-        res = probe(encoder, federation.x[tr].to(device), federation.y[tr].to(device),
-                           federation.x_test[te].to(device), federation.y_test[te].to(device),
-                           federation.num_classes, None, torch_rng(seed, Stream.INIT, _KEY, _GENERALIZATION, k))
-        gen_acc.append(res.accuracy)
+        res = EvalResult(0.0, 0, 0.0)
+        others = [j for j in range(len(names)) if j != k and len(test_y[j])]
+        if len(tr) and len(test_y[k]):
+            probe = _fit(encoder, federation.x[tr].to(device), federation.y[tr].to(device), federation.num_classes,
+                         None, torch_rng(seed, Stream.INIT, _KEY, _GENERALIZATION, k), cfg)
+            res = _accuracy(probe, test_feats[k], test_y[k])
+            if others:
+                accs = [_accuracy(probe, test_feats[j], test_y[j]).accuracy for j in others]
+                transfer.append({"kind": "transfer", "domain": name, "client": -1, "accuracy": float(np.mean(accs)),
+                                 "num_train": len(tr), "num_test": int(sum(len(test_y[j]) for j in others))})
         rows.append({"kind": "generalization", "domain": name, "client": -1, "accuracy": res.accuracy,
                      "num_train": len(tr), "num_test": res.count})
-    rows.append({"kind": "generalization", "domain": "average", "client": -1, "accuracy": float(np.mean(gen_acc)),
-                 "num_train": int(sum(r["num_train"] for r in rows)),
-                 "num_test": int(sum(r["num_test"] for r in rows))})
-    per_domain: dict[int, list[float]] = {k: [] for k in range(len(names))}
-    client_rows: list[dict[str, Any]] = []
+    rows.append(_average("generalization", rows))
+    if transfer:
+        rows += transfer + [_average("transfer", transfer)]
     personal = [c for c in range(federation.num_clients) if int(client_domain[c]) != ALL_DOMAINS]
     if not personal:
         return rows
-    for i, c in enumerate(personal):
+    controls: tuple[str, ...] = tuple(getattr(algorithm, "probe_style_controls", ())) if cfg.style_controls else ()
+    client_rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in ("own", *controls)}
+    for c in personal:
         data = federation.client_data(c, device)
         k = int(client_domain[c])
-        te = torch.from_numpy(np.flatnonzero(test_domain == k))
         payload = algorithm.payload_for(state, c)
-        if getattr(algorithm, "probe_uses_donor", False):  # FedStyle's swapped-style control: the next client's
-            donor = client_states.get(personal[(i + 1) % len(personal)])
-            frozen, adapter = algorithm.personal_probe(payload, client_states.get(c), donor)
-        else:
-            frozen, adapter = algorithm.personal_probe(payload, client_states.get(c))
-        res = probe(frozen, data.x_train, data.y_train, federation.x_test[te].to(device),
-                    federation.y_test[te].to(device), federation.num_classes,
-                    adapter, torch_rng(seed, Stream.INIT, _KEY, _PERSONALIZATION, c))
-        if res.count:
-            per_domain[k].append(res.accuracy)
-        client_rows.append({"kind": "personalization", "domain": names[k], "client": c, "accuracy": res.accuracy,
-                            "num_train": data.num_train, "num_test": res.count})
-    dom_acc = []
-    for k, name in enumerate(names):
-        acc = float(np.mean(per_domain[k])) if per_domain[k] else float("nan")
-        dom_acc.append(acc)
+        donor = _donor(c, personal, client_states)
+        for style in client_rows:
+            if style != "own":
+                frozen, adapter = algorithm.personal_probe(payload, client_states.get(c), donor, style=style)
+            elif getattr(algorithm, "probe_uses_donor", False):  # FedStyle's swapped-style control
+                frozen, adapter = algorithm.personal_probe(payload, client_states.get(c), donor)
+            else:
+                frozen, adapter = algorithm.personal_probe(payload, client_states.get(c))
+            res = EvalResult(0.0, 0, 0.0)
+            if data.num_train and len(test_y[k]):
+                probe = _fit(frozen, data.x_train, data.y_train, federation.num_classes, adapter,
+                             torch_rng(seed, Stream.INIT, _KEY, _PERSONALIZATION, c), cfg)
+                res = _accuracy(probe, features_of(frozen, test_x[k], FEATURE_BATCH).detach(), test_y[k])
+            kind = "personalization" if style == "own" else f"personalization_{style}"
+            client_rows[style].append({"kind": kind, "domain": names[k], "client": c, "accuracy": res.accuracy,
+                                       "num_train": data.num_train, "num_test": res.count})
+    tail: list[dict[str, Any]] = []
+    for per_client in client_rows.values():
+        rows += _personal_summary(per_client, names)
+        tail += per_client
+    return rows + tail
+
+
+def _donor(client: int, personal: list[int], client_states: dict[int, Tensors | None]) -> Tensors | None:
+    """The state of the next client after ``client`` (id order, wrapping round) that has one."""
+    trained = [c for c in personal if client_states.get(c) is not None]
+    if not trained:
+        return None
+    later = [c for c in trained if c > client]
+    return client_states[later[0] if later else trained[0]]
+
+
+def _average(kind: str, domain_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``average`` row of ``kind`` over its domain rows (mean accuracy, summed counts)."""
+    return {"kind": kind, "domain": "average", "client": -1,
+            "accuracy": float(np.mean([r["accuracy"] for r in domain_rows])),
+            "num_train": int(sum(r["num_train"] for r in domain_rows)),
+            "num_test": int(sum(r["num_test"] for r in domain_rows))}
+
+
+def _personal_summary(client_rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """Per-domain rows (mean over the domain's clients with a test set) and the average over
+    domains (NaN domains skipped) of one personalization kind."""
+    kind = client_rows[0]["kind"]
+    rows, dom_acc = [], []
+    for name in names:
         mine = [r for r in client_rows if r["domain"] == name]
-        rows.append({"kind": "personalization", "domain": name, "client": -1, "accuracy": acc,
+        scored = [r["accuracy"] for r in mine if r["num_test"]]
+        acc = float(np.mean(scored)) if scored else float("nan")
+        dom_acc.append(acc)
+        rows.append({"kind": kind, "domain": name, "client": -1, "accuracy": acc,
                      "num_train": int(sum(r["num_train"] for r in mine)),
                      "num_test": int(sum(r["num_test"] for r in mine))})
-    rows.append({"kind": "personalization", "domain": "average", "client": -1,
+    rows.append({"kind": kind, "domain": "average", "client": -1,
                  "accuracy": float(np.nanmean(dom_acc)) if not np.all(np.isnan(dom_acc)) else float("nan"),
                  "num_train": int(sum(r["num_train"] for r in client_rows)),
                  "num_test": int(sum(r["num_test"] for r in client_rows))})
-    return rows + client_rows
+    return rows
 
 
 def write_linear_eval(rows: list[dict[str, Any]], out_dir: Path) -> Path:

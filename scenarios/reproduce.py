@@ -1,16 +1,20 @@
 """``fedclock reproduce FAMILY``: run a paper's claims on several paired seeds and write its report.
 
-    fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR]
+    fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR] [--set KEY=VALUE ...]
 
 FAMILY is a shipped claim set (``scenarios/reproductions/FAMILY.yaml``) or a claim file's
 path; the format is in :mod:`fedclock.scenarios.claims`. For every claim the command runs each
 (scenario file, run, seed) it needs once, seeds ``0 .. N-1`` (default: the set's ``seeds:``),
 into ``--out`` (default ``results/reproduce/FAMILY``), laid out as
 ``OUT/SETTING/RUN/seed_S`` where SETTING is the scenario file's name, plus a short hash of the
-overrides when there are any. A run directory whose ``clients.parquet`` exists (written when a
-run ends) and whose ``scenario.resolved.yaml`` has the same fingerprint as the job
+overrides when there are any. A run directory whose ``run.json`` says finished (written when
+a run ends, after its linear evaluation) and whose ``scenario.resolved.yaml`` has the same
+fingerprint as the job
 (:func:`fedclock.scenarios.checkpoints.fingerprint`) is reused; any other is run again from
-scratch. ``--jobs N`` runs up to N jobs side by side in separate processes.
+scratch. ``--jobs N`` runs up to N jobs side by side in separate processes. ``--set KEY=VALUE``
+(repeatable, as ``fedclock run --set``) overrides a field of every scenario on top of the claim
+set's overrides, e.g. ``--set runtime.device=cuda`` or a smaller setting; the report's command
+line and settings show it.
 
 Pairing: the runs of one file with the same seed share the partition and the clients' test
 splits (seeded by the scenario seed only, :mod:`fedclock.scenarios.federation`) and the
@@ -54,7 +58,9 @@ from fedclock.scenarios.runstatus import FINISHED, read_status
 from fedclock.scenarios.schema import Scenario
 
 DONE_FILE = "clients.parquet"
-"""Written when a run ends: its presence marks a finished run directory."""
+"""One of the tables every run writes (at its start); a finished run also has ``run.json``
+with status ``finished`` (:mod:`fedclock.scenarios.runstatus`), written after its last table
+(the linear evaluation included)."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,14 @@ class Outcome:
     """Seeds of A and of B that never reached the target (to-target metrics)."""
 
 
-def plan(claim_set: ClaimSet, claim_file: Path, seeds: int) -> dict[str, Setting]:
-    """The settings (scenario file x overrides) each claim runs in, by claim id."""
+def plan(claim_set: ClaimSet, claim_file: Path, seeds: int, extra: dict[str, Any] | None = None
+         ) -> dict[str, Setting]:
+    """The settings (scenario file x overrides) each claim runs in, by claim id; ``extra``
+    (``--set``) goes over every claim's overrides."""
     by_key: dict[str, Setting] = {}
     out: dict[str, Setting] = {}
     for claim in claim_set.claims:
-        overrides = {**claim_set.overrides, **claim.overrides}
+        overrides = {**claim_set.overrides, **claim.overrides, **(extra or {})}
         path = _scenario_path(claim.scenario, claim_file)
         key = path.stem + (f"-{_short_hash(overrides)}" if overrides else "")
         if key not in by_key:
@@ -141,13 +149,13 @@ def jobs_for(settings: Sequence[Setting], out: Path) -> list[Job]:
 
 
 def finished(job: Job) -> bool:
-    """Whether ``job.out_dir`` holds a finished run of exactly this scenario (a run whose
-    ``run.json`` says anything but finished, e.g. one killed mid-way, is not)."""
+    """Whether ``job.out_dir`` holds a finished run of exactly this scenario (``run.json``
+    says finished: a run cut off mid-way is run again)."""
     resolved = job.out_dir / "scenario.resolved.yaml"
     if not (job.out_dir / DONE_FILE).is_file() or not resolved.is_file():
         return False
     status = read_status(job.out_dir)
-    if status is not None and status.status != FINISHED:
+    if status is None or status.status != FINISHED:
         return False
     try:
         earlier = yaml.safe_load(resolved.read_text(encoding="utf-8"))
@@ -187,36 +195,40 @@ def run_jobs(jobs: Sequence[Job], workers: int, on_done: Callable[[Job], None] |
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(metrics: pd.DataFrame, claim: Claim) -> tuple[float, bool]:
-    """The claim's metric on one run's ``metrics.parquet`` rows, and whether the run reached the
-    target (always True for metrics without one). Rows without the accuracy are skipped."""
-    column = "personal_accuracy_mean" if claim.metric.endswith("_personal") else "global_accuracy"
+def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> tuple[float, bool]:
+    """The claim's metric (or ``metric``) on one run's ``metrics.parquet`` rows, and whether the
+    run reached the target (always True for metrics without one). Rows without the accuracy are
+    skipped."""
+    metric = claim.metric if metric is None else metric
+    column = "personal_accuracy_mean" if metric.endswith("_personal") else "global_accuracy"
     rows = metrics.dropna(subset=[column]) if column in metrics else metrics.iloc[0:0]
     if rows.empty:
         raise ClaimError(f"claim {claim.id}: the run has no {column} (evaluate it, e.g. evaluation.personalized)")
     acc = rows[column].to_numpy(dtype=float)
-    if claim.metric.startswith("final_"):
+    if metric.startswith("final_"):
         return float(acc[-1]), True
-    if claim.metric.startswith("auc_"):
+    if metric.startswith("auc_"):
         return float(acc.mean()), True
     assert claim.target is not None
-    at = "version" if claim.metric == "rounds_to_target" else "virtual_time"
+    at = "version" if metric == "rounds_to_target" else "virtual_time"
     hit = np.flatnonzero(acc >= claim.target)
     if hit.size == 0:
         return float(rows[at].iloc[-1]), False
     return float(rows[at].iloc[int(hit[0])]), True
 
 
-def measure_linear(run_dir: Path, claim: Claim) -> float:
-    """A ``linear_*`` claim's metric: the ``average`` row of that kind in the run's ``linear_eval.parquet``."""
+def measure_linear(run_dir: Path, claim: Claim, metric: str | None = None) -> float:
+    """A ``linear_*`` metric (the claim's, or ``metric``): the ``average`` row of that kind in the
+    run's ``linear_eval.parquet``."""
     path = run_dir / "linear_eval.parquet"
     if not path.is_file():
         raise ClaimError(f"claim {claim.id}: the run has no linear_eval.parquet (set evaluation.linear)")
     rows = pd.read_parquet(path)
-    kind = claim.metric.removeprefix("linear_")
+    kind = (claim.metric if metric is None else metric).removeprefix("linear_")
     pick = rows[(rows["kind"] == kind) & (rows["domain"] == "average")]
     if pick.empty:
-        raise ClaimError(f"claim {claim.id}: linear_eval.parquet has no {kind} average")
+        raise ClaimError(f"claim {claim.id}: linear_eval.parquet has no {kind} average"
+                         + (" (set evaluation.linear.style_controls)" if "_" in kind else ""))
     return float(pick["accuracy"].iloc[0])
 
 
@@ -255,17 +267,17 @@ def _metrics(run_dir: Path) -> pd.DataFrame:
 
 def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int) -> Outcome:
     """Measure a claim on its finished runs and give its verdict."""
-    def values(name: str) -> tuple[list[float], int]:
-        if claim.metric.startswith("linear_"):
-            return [measure_linear(setting.run_dir(out, name, s), claim) for s in range(seeds)], 0
-        if claim.metric.startswith("cka_"):
-            return [cka_metric(_cka_rows(setting.run_dir(out, name, s), claim), claim.metric)
+    def values(name: str, metric: str) -> tuple[list[float], int]:
+        if metric.startswith("linear_"):
+            return [measure_linear(setting.run_dir(out, name, s), claim, metric) for s in range(seeds)], 0
+        if metric.startswith("cka_"):
+            return [cka_metric(_cka_rows(setting.run_dir(out, name, s), claim), metric)
                     for s in range(seeds)], 0
-        got = [measure(_metrics(setting.run_dir(out, name, s)), claim) for s in range(seeds)]
+        got = [measure(_metrics(setting.run_dir(out, name, s)), claim, metric) for s in range(seeds)]
         return [v for v, _ in got], sum(not ok for _, ok in got)
 
-    a, missed_a = values(claim.a)
-    b, missed_b = values(claim.b) if claim.b is not None else (None, 0)
+    a, missed_a = values(claim.a, claim.metric)
+    b, missed_b = values(claim.b, claim.metric_of_b) if claim.b is not None else (None, 0)
     reference = claim.reference if claim.reference is not None else 0.0
     stats = paired(a, b if b is not None else reference)
     return Outcome(claim, setting, a, b, stats, verdict(stats, claim.direction, claim.margin), (missed_a, missed_b))
@@ -276,9 +288,10 @@ def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int) -> Outcome:
 
 def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | None = None,
               report_dir: Path | None = None,
-              on_done: Callable[[Job], None] | None = None) -> tuple[Path, list[Outcome]]:
+              on_done: Callable[[Job], None] | None = None,
+              sets: Sequence[str] = ()) -> tuple[Path, list[Outcome]]:
     """Run ``family``'s claims (module docstring) and write its report; returns the report's path
-    and the outcomes."""
+    and the outcomes. ``sets``: ``--set`` overrides, ``"key=value"`` each."""
     claim_set, claim_file = load_claim_set(family)
     n = claim_set.seeds if seeds is None else seeds
     if n < 2:
@@ -287,14 +300,20 @@ def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | 
         raise ClaimError(f"--jobs: must be at least 1 (got {jobs})")
     out = Path("results") / "reproduce" / claim_set.family if out is None else out
     report_dir = Path("docs") / "reproductions" if report_dir is None else report_dir
-    settings = plan(claim_set, claim_file, n)
+    extra: dict[str, Any] = {}
+    for text in sets:
+        if "=" not in text:
+            raise ClaimError(f"--set {text}: expected key=value, e.g. --set runtime.device=cuda")
+        key, _, value = text.partition("=")
+        extra[key.strip()] = value  # a string value is read as --set reads it (scenarios.loader)
+    settings = plan(claim_set, claim_file, n, extra)
     run_jobs(jobs_for(list({id(s): s for s in settings.values()}.values()), out), jobs, on_done)
     outcomes = [evaluate(c, settings[c.id], out, n) for c in claim_set.claims]
     report_dir.mkdir(parents=True, exist_ok=True)
     plots = {o.claim.id: plot_claim(o, out, n, report_dir / f"{claim_set.family}_{o.claim.id}.png")
              for o in outcomes if o.claim.plot}
     command = f"fedclock reproduce {family if Path(family).suffix != '.yaml' else claim_file.name}" + (
-        f" --seeds {n}" if seeds is not None else "")
+        f" --seeds {n}" if seeds is not None else "") + "".join(f" --set {t}" for t in sets)
     path = report_dir / f"{claim_set.family}.md"
     path.write_text(report_text(claim_set, outcomes, n, command, source_commit(), plots), encoding="utf-8")
     return path, outcomes
@@ -324,7 +343,8 @@ def _setting_text(setting: Setting) -> str:
     parts = [f"`{_shown_path(setting.path)}`", f"{s.dataset.name}", f"{s.population.num_clients} clients",
              f"model {s.model.name}", f"{s.mode.type} mode", f"stop: {stop}"]
     if setting.overrides:
-        parts.append("overrides " + ", ".join(f"`{k}={json.dumps(v)}`" for k, v in setting.overrides.items()))
+        parts.append("overrides " + ", ".join(f"`{k}={v if isinstance(v, str) else json.dumps(v)}`"
+                                              for k, v in setting.overrides.items()))
     return "; ".join(parts)
 
 
@@ -388,6 +408,8 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
 
 
 def _metric_text(c: Claim) -> str:
+    if c.b_metric is not None:
+        return f"{c.metric} (A) vs {c.b_metric} (B)"
     return f"{c.metric} ≥ {c.target:g}" if c.target is not None else c.metric
 
 

@@ -320,6 +320,10 @@ class LinearEvalConfig(StrictModel):
     epochs: Annotated[int, Field(ge=1)] = 100
     lr: PositiveFloat = Field(default=0.01, description="Adam learning rate of the linear classifier")
     batch_size: Annotated[int, Field(ge=1)] = 256
+    style_controls: bool = Field(
+        default=False, description="also probe personalization with another client's style (swapped), with zeros "
+        "(zero) and with the content feature alone (content) in the same run, for algorithms whose probe has a "
+        "style (FedStyle)")
 
 
 class EvaluationConfig(StrictModel):
