@@ -67,9 +67,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
-METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
            "linear_generalization", "linear_transfer", "linear_personalization", "linear_personalization_swapped",
-           "linear_personalization_zero", "linear_personalization_content", "cka_depth_drop", "cka_rise", "cka_head_gap")
+           "linear_personalization_zero", "linear_personalization_content", "cka_depth_drop", "cka_rise",
+           "cka_head_gap")
 """The metrics a claim may compare."""
 
 Metric = Literal["final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target",
