@@ -41,16 +41,16 @@ arm on both sides) a paired difference is exactly 0 and both assertions fail.
 ``docs/reproductions/fedstyle.md`` reports the same comparisons at the quick setting
 (``fedclock reproduce fedstyle``).
 
-Cost: 6 short federated runs and their linear evaluations, cached between the two tests; the
-12 runs of the measurement took 40 s of CPU with one thread, but under pytest (PyTorch's default
-threads) the first test took 409 s of wall time on the shared 2-core box at load 5-7: over the
-5 s guideline (a paired comparison of two arms needs 3 seeds x 2 runs); to be cut before it
-joins the suite's budget.
+Cost: 6 short federated runs and their linear evaluations, cached between the two tests, with
+one PyTorch thread (the ``one_thread`` fixture, as the measurement above): the 12 runs of the
+measurement took 40 s of CPU; with PyTorch's default threads on a loaded 2-core box the same
+first test once took 409 s of wall time (threads spinning against each other).
 """
 from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Iterator
 from functools import lru_cache
 
 import pytest
@@ -71,6 +71,15 @@ MARGIN = 0.005
 ZERO_MARGIN = 0.02
 """Half the worst 3-seed block mean of own style - zero on seeds 3-8 (module docstring)."""
 EVAL = LinearEvalConfig(epochs=10, lr=0.05, batch_size=64, style_controls=True)
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """One PyTorch thread for these tests, as the measurement that set their margins used."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @lru_cache(maxsize=None)
