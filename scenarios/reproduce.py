@@ -43,6 +43,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 import numpy as np
 import pandas as pd
 import yaml
@@ -232,13 +234,19 @@ def measure_linear(run_dir: Path, claim: Claim, metric: str | None = None) -> fl
     return float(pick["accuracy"].iloc[0])
 
 
+def cka_by_version(rows: pd.DataFrame) -> pd.DataFrame:
+    """One run's ``cka.parquet`` rows as CKA averaged over the clients, a row per measured
+    version (ascending) and a column per layer."""
+    return rows.groupby(["version", "layer_index"])["cka"].mean().unstack("layer_index").sort_index()
+
+
 def cka_metric(rows: pd.DataFrame, metric: str) -> float:
     """A ``cka_*`` metric (:mod:`fedclock.scenarios.claims`) of one run's ``cka.parquet`` rows
     (client, layer_index, cka, version): CKA averaged over the clients per (version, layer), then
     ``cka_depth_drop``: first layer minus last layer at the first version; ``cka_rise``: mean over
     layers of the last version minus the first; ``cka_head_gap``: mean of every layer but the last
     minus the last layer, at the last version."""
-    table = rows.groupby(["version", "layer_index"])["cka"].mean().unstack("layer_index").sort_index()
+    table = cka_by_version(rows)
     first, last = table.iloc[0], table.iloc[-1]
     if metric == "cka_depth_drop":
         return float(first.iloc[0] - first.iloc[-1])
@@ -419,6 +427,16 @@ def _claimed(c: Claim) -> str:
     return f"{word} {other}" + (f" (within ± {c.margin * c.scale:g})" if c.direction == "equal" else "")
 
 
+def _save_claim_plot(fig: Figure, ax: Axes, claim: Claim, path: Path) -> Path:
+    """A claim's plot finished (its id and source as title, legend) and written to ``path``."""
+    ax.set_title(f"{claim.id}: {claim.source}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     """Accuracy against server version of A and B, mean ± std over seeds, written to ``path``
     (for a ``cka_*`` claim: :func:`plot_cka`)."""
@@ -439,12 +457,7 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
         ax.axhline(c.reference * 100, color="grey", linestyle="--", label="paper")
     ax.set_xlabel("server version")
     ax.set_ylabel(f"{'mean personalized' if column.startswith('personal') else 'global'} accuracy (%)")
-    ax.set_title(f"{c.id}: {c.source}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_claim_plot(fig, ax, c, path)
 
 
 
@@ -454,8 +467,8 @@ def plot_cka(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     c = o.claim
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name in [c.a] + ([c.b] if c.b is not None else []):
-        tables = [pd.read_parquet(o.setting.run_dir(out, name, s) / "cka.parquet")
-                  .groupby(["version", "layer_index"])["cka"].mean().unstack("layer_index") for s in range(seeds)]
+        tables = [cka_by_version(pd.read_parquet(o.setting.run_dir(out, name, s) / "cka.parquet"))
+                  for s in range(seeds)]
         for version in tables[0].index:
             curves = np.array([t.loc[version].to_numpy(dtype=float) for t in tables])
             mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1)
@@ -465,9 +478,4 @@ def plot_cka(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     ax.set_xlabel("layer (input to classifier)")
     ax.set_ylabel("CKA, local vs global model")
     ax.set_ylim(0, 1.05)
-    ax.set_title(f"{c.id}: {c.source}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_claim_plot(fig, ax, c, path)
