@@ -143,18 +143,18 @@ class CompressedLinks(_Mixin):
         return {**payload, "weights": self.download_codec.encode(payload["weights"], torch.Generator())["fp16"]}
 
     def download_bytes(self) -> int:
-        full: int = super().download_bytes()
-        if self.download_codec is None:
-            return full
-        n = self._num_params()
-        return full - 4 * n + self.download_codec.encoded_bytes(n)
+        return self._coded_bytes(super().download_bytes(), self.download_codec)
 
     def upload_bytes(self) -> int:
-        full: int = super().upload_bytes()
-        if self.upload_codec is None:
+        return self._coded_bytes(super().upload_bytes(), self.upload_codec)
+
+    def _coded_bytes(self, full: int, codec: Codec | None) -> int:
+        """``full`` bytes with the model's float32 vector replaced by its encoding under ``codec``
+        (unchanged without one)."""
+        if codec is None:
             return full
         n = self._num_params()
-        return full - 4 * n + self.upload_codec.encoded_bytes(n)
+        return int(full - 4 * n + codec.encoded_bytes(n))
 
     def _num_params(self) -> int:
         return int(self.model_factory.num_params)
