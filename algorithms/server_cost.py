@@ -31,7 +31,11 @@ actually is: FedBuff's arrival that only fills its buffer costs the append, the 
 append and the flush (and the server optimizer's step, which runs only when the model
 changes). The shadow is stepped on meta tensors (shapes only: no memory, microseconds per
 operation); a value read on it gives 1.0 (and a boolean True, above), so a step whose path
-depends on the *values* of the weights is followed as if they were those.
+depends on the *values* of the weights is followed as if they were those. The shadow sees the
+arrivals the server applies, not the tasks it gives up on: an algorithm's failure hook
+(:meth:`~fedclock.algorithms.base.Algorithm.server_task_failed`; no shipped algorithm has
+one) is not followed. A resumed run replays its clock from the start, so its shadow is the
+same as the uninterrupted run's.
 
 **Step kinds, cached.** An algorithm may name the kind of work a step does, from the state
 before it and the arrivals (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`,
@@ -209,7 +213,8 @@ def declares_kinds(algorithm: Algorithm) -> bool:
 
 @dataclass(frozen=True)
 class ArrivalInfo:
-    """What the clock knows of an arrival before the server step: enough to follow it."""
+    """What the clock knows of an arrival before the server step: enough to follow it
+    (``steps``: the local steps the clock assigned, None for the algorithm's full count)."""
 
     client: int
     num_samples: int
@@ -266,8 +271,10 @@ class ServerSteps:
         if not arrivals:
             return 0
         upload = self.cost.upload()
+        local_steps = self.work.local_steps
         batch = [Arrival(client=a.client, upload=dict(upload), num_samples=a.num_samples,
-                         version_dispatched=a.version_dispatched, staleness=a.staleness, steps=a.steps)
+                         version_dispatched=a.version_dispatched, staleness=a.staleness,
+                         steps=local_steps(a.num_samples) if a.steps is None else a.steps)
                  for a in arrivals]
         kind = self.work.server_step_kind(self.state, batch) if self.kinds else None
         key = None if kind is None else (kind, len(batch))

@@ -63,7 +63,6 @@ def server_flops(cost: ServerCost) -> Callable[[list[Task]], int]:
         if not followed:
             followed.append(cost.follow())
         return followed[0].step([ArrivalInfo(client=t.client, num_samples=t.num_samples, version_dispatched=t.version,
-                                             staleness=int(t.staleness or 0),
-                                             steps=t.steps if t.steps is not None else t.steps_full) for t in tasks])
+                                             staleness=int(t.staleness or 0), steps=t.steps) for t in tasks])
 
     return flops

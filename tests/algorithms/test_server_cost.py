@@ -126,6 +126,8 @@ def test_sync_fedavg_pays_its_aggregate_every_round() -> None:
     steps = ServerCost(FedAvg(FedAvg.Params(batch_size=4, local_steps=1), MLP)).follow()
     assert [steps.step(_arrivals(range(3))) for _ in range(3)] == [8 * P] * 3
     assert steps.counted_steps == 1
+    by_steps = ServerCost(FedAvg(FedAvg.Params(batch_size=4, local_steps=1, weighting="steps"), MLP)).follow()
+    assert by_steps.step(_arrivals(range(3))) == 8 * P  # a full task's steps: the algorithm's count
 
 
 def test_fedasync_mixes_every_arrival() -> None:
