@@ -137,6 +137,19 @@ def test_fedasync_mixes_every_arrival() -> None:
     assert [steps.step(_arrivals(range(c, c + 1), staleness=c)) for c in range(3)] == [3 * P] * 3
 
 
+def test_fedasync_window_mixes_only_its_stale_arrivals() -> None:
+    """FedAsync, ``window: stale_mix_mean``, two arrivals a window: the sample-weighted mean
+    costs a multiply and an add per model (4 P); each stale arrival is first mixed with the
+    model, ``a w_k + (1 - a) w`` (3 P). So 0, 1, 2 stale arrivals cost 4 P, 7 P, 10 P; a
+    window like an earlier one comes from the cache."""
+    steps = ServerCost(FedAsync(FedAsync.Params(batch_size=4, local_steps=1, window="stale_mix_mean"),
+                                MLP)).follow()
+    windows = ([0, 0], [0, 1], [1, 1], [0, 0])
+    flops = [steps.step([ArrivalInfo(client=c, num_samples=8, version_dispatched=0, staleness=s)
+                         for c, s in enumerate(w)]) for w in windows]
+    assert flops == [4 * P, 7 * P, 10 * P, 4 * P] and steps.counted_steps == 3
+
+
 def test_fedpac_names_no_kind_and_is_counted_every_round() -> None:
     """FedPAC names no step kind: every round's step is counted on the followed state, its
     QPs (``k qp_flops(k)``) included each time."""
