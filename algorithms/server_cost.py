@@ -34,8 +34,12 @@ operation); a value read on it gives 1.0 (and a boolean True, above), so a step 
 depends on the *values* of the weights is followed as if they were those. The shadow sees the
 arrivals the server applies, not the tasks it gives up on: an algorithm's failure hook
 (:meth:`~fedclock.algorithms.base.Algorithm.server_task_failed`; no shipped algorithm has
-one) is not followed. A resumed run replays its clock from the start, so its shadow is the
-same as the uninterrupted run's.
+one) is not followed. Every arrival's upload is shaped like the first task's (from the
+initial state's payload): an algorithm whose upload's make-up depends on the payload it was
+sent is followed as if every task were the first. SPFL is one (its first tasks upload the
+similarity refresh, later ones the update): its shadow sees refreshes only, each step charged
+as a refresh of that many arrivals, as before this followed state. A resumed run replays its
+clock from the start, so its shadow is the same as the uninterrupted run's.
 
 **Step kinds, cached.** An algorithm may name the kind of work a step does, from the state
 before it and the arrivals (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`,
@@ -52,7 +56,7 @@ shadow is only stepped after. The kinds the shipped algorithms name:
   model before the mean (:mod:`fedclock.algorithms.fedasync`).
 
 An algorithm that names none (None, the default) has every step counted on the shadow: exact
-whatever its state (PLGA's leap only for stale arrivals, SPFL's per-known-client models,
+whatever its state (LGA's and PLGA's leap, only for stale arrivals; FedCR's steps;
 FedPAC's QPs, which run in every sync round). A kind is only trusted from the class that
 defines the server step: a subclass that overrides ``server_receive`` without naming kinds
 again is counted step by step (:func:`declares_kinds`).
