@@ -74,9 +74,9 @@ def write_stackoverflow(folder: Path, cfg: GeneratedFiles, seed: int) -> None:
                                    ("type", "answer"), ("creation_date", "2017-06-01 00:00:00 UTC")):
                     group.create_dataset(key, data=np.array([value] * len(sentences), dtype=object), dtype=text)
                 group.create_dataset("score", data=np.zeros(len(sentences), dtype=np.int64))
-    users_of = {w: 0 for w in words}
+    users_of = {word: 0 for word in words}
     for train, _ in users.values():
-        for w in set(" ".join(train).split()):
-            users_of[w] += 1
-    ranked = sorted(words, key=lambda w: -users_of[w])
-    (folder / WORD_COUNTS).write_text("".join(f"{w} {users_of[w]}\n" for w in ranked), encoding="utf-8")
+        for word in set(" ".join(train).split()):
+            users_of[word] += 1
+    ranked = sorted(words, key=lambda word: -users_of[word])
+    (folder / WORD_COUNTS).write_text("".join(f"{word} {users_of[word]}\n" for word in ranked), encoding="utf-8")
