@@ -21,6 +21,14 @@ positions count nowhere:
 :func:`torch.nn.functional.cross_entropy`, which leaves such targets out of the sum and of
 the mean's count. A sample-target batch takes exactly the path it always took (same
 numbers, bit for bit).
+
+Where one label per sample is still assumed, per-token data is refused in one line rather
+than given wrong numbers: algorithms that do not declare ``per_token_targets``
+(:class:`~fedclock.algorithms.base.Algorithm`; per-class feature statistics, sample-feature
+objectives, per-sample gradients), partitions by class
+(:func:`fedclock.scenarios.federation.build_federation`); vectorized clients take only the
+models of :data:`~fedclock.algorithms.vectorized.VECTOR_MODELS`, none of which predicts per
+token.
 """
 from __future__ import annotations
 
@@ -48,10 +56,9 @@ def target_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: str =
 
 
 def correct_targets(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """How many targets the arg-max of ``logits`` hits (padded positions never count), as a
-    0-dim tensor."""
-    hit = logits.argmax(dim=-1) == y
-    return hit.sum() if not per_token(y) else (hit & (y != IGNORE_TARGET)).sum()
+    """How many targets the arg-max of ``logits`` hits, as a 0-dim tensor (a padded position
+    never does: no class index equals :data:`IGNORE_TARGET`)."""
+    return (logits.argmax(dim=-1) == y).sum()
 
 
 def counted_targets(y: torch.Tensor) -> int:
