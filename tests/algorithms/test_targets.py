@@ -12,6 +12,8 @@ from torch import nn
 from fedclock.algorithms.base import evaluate_module
 from fedclock.algorithms.flop_count import meta_data
 from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.registry import get_algorithm
+from fedclock.algorithms.server_cost import upload_template
 from fedclock.algorithms.targets import IGNORE_TARGET, counted_targets, target_cross_entropy
 from fedclock.algorithms.training import cross_entropy_loss
 
@@ -69,5 +71,8 @@ def test_the_stack_overflow_model_predicts_every_position() -> None:
     assert small.build()(torch.zeros(3, 20)).shape == (3, 20, 40)
     data = meta_data(3, (20,), torch.float32, None, small.target_shape)
     assert data.y_train.shape == (3, 20)  # cost counting feeds the model per-token targets
+    fedbuff = get_algorithm("fedbuff")
+    upload = upload_template(fedbuff(fedbuff.Params(batch_size=2), small))  # a server step's counted upload
+    assert sum(t.numel() for t in upload.values()) == small.num_params
     with pytest.raises(ValueError, match="model.name: word_lstm reads sequences"):
         ModelFactory("word_lstm", (1, 28, 28), 10).build()
