@@ -122,7 +122,11 @@ def test_algorithms_and_partitions_that_need_one_label_per_sample_are_refused(
 
 def test_quick_library_file_runs_end_to_end(tmp_path: Path) -> None:
     """The quick file cut to its FedAdam run for two rounds: per-token loss and accuracy come
-    out of evaluation (the initial loss is the uniform guess's ln(classes), 150 words + 4)."""
+    out of evaluation (the initial loss is the uniform guess's ln(classes), 150 words + 4).
+    Why it may take over 5 s: most of the time is the run's fixed cost of counting the LSTM's
+    FLOPs on meta tensors (five probes of one or two steps, each a few hundred operations per
+    time step unrolled), which no smaller setting removes; two rounds is the least that shows
+    the loss move."""
     sections = yaml.safe_load((LIBRARY / "stackoverflow_quick.yaml").read_text())
     sections.update(runs=sections["runs"][1:], stop={"rounds": 2}, evaluation={"every": 2, "personalized": True})
     file = tmp_path / "quick.yaml"
