@@ -22,7 +22,7 @@ from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
-from fedclock.scenarios.run_costs import CountedCosts, server_flops
+from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
@@ -319,13 +319,15 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                                       resume=checkpoint, on_switch=switched,
                                       log_losses=selector is not None and selector.reads_loss)
         backend = replay
+    followed = FollowedServer(server_cost)
+    server_seconds = scenario.server.step_seconds(followed.flops)
     clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
                   costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
                   backend=backend, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
                   disclose=scenario.selection.disclose, feasible=feasible,
-                  server_seconds=scenario.server.step_seconds(server_flops(server_cost)))
+                  server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind)
     reason = clock.run()
     if replay is not None:
         replay.finished()

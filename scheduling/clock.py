@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, Callable, Collection, Generator, Protocol, Sequence
+from typing import Any, Callable, Collection, Generator, Hashable, Protocol, Sequence
 
 import numpy as np
 import simpy
@@ -108,8 +108,15 @@ class Clock:
                  eval_at: Collection[int] = (), stateless_clients: bool = False,
                  selector: Selector | None = None, disclose: Collection[str] = (),
                  feasible: np.ndarray | None = None,
-                 server_seconds: Callable[[list[Task]], float] | None = None) -> None:
+                 server_seconds: Callable[[list[Task]], float] | None = None,
+                 upload_kind: Callable[[int, int], Hashable] | None = None) -> None:
         self.kernel = Kernel()
+        self.upload_kind = upload_kind
+        """What a task dispatched now to a client uploads, given the client and
+        :attr:`server_steps` (kept on :attr:`Task.upload_kind` for the server step's charge);
+        None: not asked."""
+        self.server_steps = 0
+        """Server steps applied so far (calls of :meth:`aggregate` with arrivals)."""
         self.server_seconds = server_seconds
         """Virtual seconds of the server step on these arrivals, from the state the server is in
         (:mod:`fedclock.scheduling.server_device`); None: the step takes no time."""
@@ -361,6 +368,8 @@ class Clock:
                     version=self.version, dispatched_at=now, timing=timing, bytes_down=costs.bytes_down,
                     bytes_up=costs.bytes_up, num_samples=num_samples, steps=steps, steps_full=full,
                     on_settle=on_settle, env=self.env)
+        if self.upload_kind is not None:
+            task.upload_kind = self.upload_kind(client, self.server_steps)
         self.task_count += 1
         self._client_tasks[client] = client_task + 1
         self.busy[client] = task
@@ -429,6 +438,7 @@ class Clock:
         """Hand arrivals to the server, record them, evaluate on the cadence."""
         before = self.version
         if tasks:
+            self.server_steps += 1
             applied = self.backend.apply(tasks)
             self.version = int(applied)
             if isinstance(applied, Applied):
