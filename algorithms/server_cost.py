@@ -39,20 +39,24 @@ the clock dispatches a task it asks the shadow what the task will upload
 (:meth:`ServerSteps.upload_kind`: the signature, keys, shapes and dtypes, of the payload the
 algorithm's ``payload_for`` makes for that client from the followed state the server is in
 then), and the task carries that signature to its step; one upload per signature is made on
-meta tensors by the algorithm's ``client_update`` on such a payload (cached, shared by the
-runs of a session). SPFL needs this (:mod:`fedclock.algorithms.spfl`): the tasks of a
-similarity refresh are sent ``refresh_from`` and upload ``refresh``, the others ``update``
-(SPFL-w: ``weights``), and the refresh moves no server version, so only the followed state
-tells them apart: refresh steps and model updates are each charged their own work. An
-arrival given no signature (a direct call) is shaped like the first task's upload, from the
-initial state's payload. A resumed run replays its
-clock from the start, so its shadow is the same as the uninterrupted run's.
+meta tensors by the algorithm's ``client_update`` on such a payload and no client state
+(cached, shared by the runs of a session; an upload whose make-up depends on the client's
+state or on the payload's values is not followed: no shipped algorithm's does). With a
+payload every client shares, the signature is made once per step. SPFL needs this
+(:mod:`fedclock.algorithms.spfl`): the tasks of a similarity refresh are sent
+``refresh_from`` and upload ``refresh``, the others ``update`` (SPFL-w: ``weights``), and
+the refresh moves no server version, so only the followed state tells them apart: refresh
+steps and model updates are each charged their own work. An arrival given no signature (a
+direct call) is shaped like the first task's upload, from the initial state's payload. A
+resumed run replays its clock from the start, so its shadow is the same as the uninterrupted
+run's.
 
 **Step kinds, cached.** An algorithm may name the kind of work a step does, from the state
 before it and the arrivals (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`,
 pure): two steps of one kind with as many arrivals, uploading alike, cost the same, so each
-(kind, number of arrivals, their uploads) is counted once (:class:`ServerCost`, shared by the runs of a session) and the
-shadow is only stepped after. The kinds the shipped algorithms name:
+(kind, number of arrivals, their uploads) is counted once (:class:`ServerCost`, shared by
+the runs of a session) and the shadow is only stepped after. The kinds the shipped
+algorithms name:
 
 * ``"aggregate"``: FedAvg (the weighted average of the deltas, then ``w + lr * step``) and
   every subclass that keeps its server step;
@@ -309,11 +313,16 @@ class ServerSteps:
         self.before: ServerState = self.state
         """The followed state before the last step (the server's own until it publishes the
         step's result, after the step's time)."""
+        self._shared: dict[int, UploadKind] = {}
+        """With a payload shared by every client: the upload kind after so many steps."""
 
     def upload_kind(self, client: int, server_steps: int) -> UploadKind:
         """What a task dispatched now to ``client`` uploads, from the state the server is in
         after ``server_steps`` steps (the followed one, or the one before it while the last
         step still takes its time): the signature of its payload (module docstring)."""
+        shared = self.work.payload_is_shared
+        if shared and server_steps in self._shared:
+            return self._shared[server_steps]
         if server_steps == self.steps_done:
             state = self.state
         elif server_steps == self.steps_done - 1:
@@ -324,6 +333,9 @@ class ServerSteps:
             payload = self.work.payload_for(state, client)
         kind = payload_signature(payload)
         self.cost.upload_of(kind, payload)
+        if shared:
+            self._shared = {k: v for k, v in self._shared.items() if k >= server_steps - 1}
+            self._shared[server_steps] = kind
         return kind
 
     def step(self, arrivals: list[ArrivalInfo]) -> int:
