@@ -77,8 +77,9 @@ class RunSummary:
 
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     """Instantiate the scenario's algorithm for the federation's input shape and classes."""
+    builder = model_builder(scenario.model.name, scenario.plugin_dir)
     factory = ModelFactory(scenario.model.name, federation.input_shape, federation.num_classes,
-                           tuple(scenario.model.hidden), builder=model_builder(scenario.model.name))
+                           tuple(scenario.model.hidden), builder=builder)
     if factory.builder is not None:
         try:
             factory.build()
@@ -86,7 +87,7 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
             if not str(exc).startswith("model.name: "):
                 raise
             raise PluginError(str(exc)) from None
-    algorithm = algorithm_class(scenario.algorithm.name)(scenario.algorithm.params, factory)
+    algorithm = algorithm_class(scenario.algorithm.name, scenario.plugin_dir)(scenario.algorithm.params, factory)
     algorithm.num_clients = scenario.population.num_clients
     algorithm.server_optimizer = scenario.algorithm.server_optimizer
     codec = scenario.upload.compression
@@ -199,7 +200,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     started = time.perf_counter()
     seed = scenario.seed
     if federation is None:
-        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed)
+        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed, scenario.plugin_dir)
     algorithm = make_algorithm(scenario, federation)
     mark = fingerprint(resolved_dict(scenario))
     checkpoint = None
@@ -284,7 +285,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     session.clients_evaluated = writer.clients_evaluated
     writer.participation = Participation(federation.client_sizes())
-    selector = build_selector(scenario.selection, seed)
+    selector = build_selector(scenario.selection, seed, scenario.plugin_dir)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
         session.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
