@@ -10,9 +10,11 @@ The clock asks :class:`WorkAndLinks` at dispatch:
 * :meth:`WorkAndLinks.loses` — whether the client loses its connection during the task
   (probability per task, or a failure rate per virtual second of task time).
 
-Every draw comes from a generator seeded by (scenario seed, stream, client, task index)
-(``per: client`` shares: (seed, stream, client)), so the answers do not depend on the order
-in which they are asked, the number of actors, or Ray's scheduling.
+Each answer is the client's variant's own (``Completeness.steps``, ``Connectivity.loses`` in
+:mod:`fedclock.scheduling.completeness_connectivity`); this class only finds each client's
+variant. Every draw comes from a generator seeded by (scenario seed, stream, client, task
+index) (``per: client`` shares: (seed, stream, client)), so the answers do not depend on the
+order in which they are asked, the number of actors, or Ray's scheduling.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from fedclock.scenarios.cli import main
 from fedclock.scenarios.loader import load_suite
 from fedclock.scenarios.partitions import partition_indices
 from fedclock.scenarios.plugins import import_module
+from fedclock.scenarios.results import resolved_dict
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_variants"
@@ -46,6 +47,10 @@ def test_the_scenario_runs_with_its_own_variants(tmp_path: Path) -> None:
     assert main(["run", str(folder / "scenario.yaml"), "--set", "stop.versions=4", "--set",
                  "runtime.backend=inline", "--quiet", "--out", str(out)]) == 0
     scenario = load_suite(folder / "scenario.yaml").runs[0]
+    resolved = resolved_dict(scenario)  # what scenario.resolved.yaml holds: the user's own fields
+    assert resolved["population"]["devices"]["compute"] == {"dist": "variants:ParetoCompute", "shape": 1.5,
+                                                            "low": 50.0}
+    assert resolved["dataset"]["partition"] == {"type": "variants:SortedBlocks"}
     n = scenario.population.num_clients
     clients = pd.read_parquet(out / "clients.parquet").sort_values("client")
     drawn = scenario.population.devices.compute.sample(n, numpy_rng(scenario.seed, Stream.DEVICES, 0))

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from fedclock.actors.runtime import Runtime
+from fedclock.scenarios.api import modules_to_ship
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import load_suite, parse_suite
@@ -138,7 +139,8 @@ def load():
 def test_each_scenario_takes_the_plugin_module_beside_it(tmp_path: Path) -> None:
     """Two folders hold a module ``same_data`` whose loaders differ (40 and 60 training
     samples, split into train and test). Both files are loaded before either runs; each run reads its own folder's
-    loader (before the folder was passed, the second import served both runs: 60 and 60)."""
+    loader and ships its own file to Ray workers (before the folder was passed, the second
+import served both runs: 60 and 60)."""
     sizes = {"a": 40, "b": 60}
     files = {}
     for name, size in sizes.items():
@@ -150,6 +152,7 @@ def test_each_scenario_takes_the_plugin_module_beside_it(tmp_path: Path) -> None
         files[name].write_text(text.replace('{compute: {dist: "TAG:Twice", value: 50}}', "{compute: 50}"))
     runs = {name: load_suite(file).runs[0] for name, file in files.items()}
     assert runs["a"].plugin_dir == files["a"].parent
+    assert modules_to_ship([runs["a"]]) == [str((files["a"].parent / "same_data.py").resolve())]
     for name, run in runs.items():
         run_scenario(run, Runtime("inline"), tmp_path / f"out_{name}")
         clients = pd.read_parquet(tmp_path / f"out_{name}" / "clients.parquet")

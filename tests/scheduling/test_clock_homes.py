@@ -2,12 +2,13 @@
 bounds (``stop.rounds``, ``stop.versions``) are compared only in ``Clock.check_stop``; the
 timeline holds the clock through its narrow ``ClockControl`` protocol, not as ``Any``.
 
-An AST scan of every module of ``fedclock``: removing a busy client (``.busy.pop(...)``,
-``del ....busy[...]``) and, in the run's layers, reading ``.stop.rounds`` / ``.stop.versions``
+An AST scan of every module of ``scheduling/`` and ``actors/``: removing a busy client (``.busy.pop(...)``,
+``del ....busy[...]``) and reading ``.stop.rounds`` / ``.stop.versions``
 happen inside those two methods only. A hand-made clock then checks both methods' rules."""
 from __future__ import annotations
 
 import ast
+import functools
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,27 +20,40 @@ from fedclock.scheduling.modes import StopConfig
 from fedclock.scheduling.timeline import ClockControl, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("actors", "algorithms", "scenarios", "scheduling")
+LAYERS = ("actors", "scheduling")
+"""The run's layers (``scenarios/`` validates stop bounds and holds no busy client)."""
+
+
+@functools.cache
+def _functions() -> list[tuple[str, list[ast.AST]]]:
+    """(``module:function``, the function's nodes) of every function of the run's layers,
+    parsed once for all the checks."""
+    out = []
+    for layer in LAYERS:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+                out.append((f"{path.relative_to(ROOT)}:{func.name}", list(ast.walk(func))))
+    return out
+
+
+def _named(node: ast.AST, name: str) -> bool:
+    """``node`` is ``name`` or ``<anything>.name``."""
+    return isinstance(node, ast.Name) and node.id == name or isinstance(node, ast.Attribute) and node.attr == name
+
+
+def _hit(kind: str, node: ast.AST) -> bool:
+    if kind == "free":
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "pop" \
+            and _named(node.func.value, "busy") or isinstance(node, ast.Delete) and \
+            any(isinstance(t, ast.Subscript) and _named(t.value, "busy") for t in node.targets)
+    return isinstance(node, ast.Attribute) and node.attr in ("rounds", "versions") and _named(node.value, "stop")
 
 
 def _homes(kind: str) -> list[str]:
     """``module:function`` of every place that frees a busy client (``free``) or reads a
-    stop bound during a run (``stop``; the scenario's validation in ``scenarios/`` may read
-    them too)."""
-    found = []
-    for layer in LAYERS if kind == "free" else ("actors", "scheduling"):
-        for path in sorted((ROOT / layer).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-                for node in ast.walk(func):
-                    text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Delete, ast.Attribute)) else ""
-                    hit = (kind == "free" and (isinstance(node, ast.Call) and text.split("(")[0].endswith("busy.pop")
-                                               or isinstance(node, ast.Delete) and "busy[" in text)) or \
-                        (kind == "stop" and isinstance(node, ast.Attribute) and
-                         text.endswith(("stop.rounds", "stop.versions")))
-                    if hit:
-                        found.append(f"{path.relative_to(ROOT)}:{func.name}")
-    return sorted(set(found))
+    stop bound (``stop``)."""
+    return sorted({where for where, nodes in _functions() for node in nodes if _hit(kind, node)})
 
 
 def test_a_client_is_freed_in_one_place() -> None:
