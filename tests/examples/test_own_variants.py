@@ -2,7 +2,8 @@
 through in ``docs/own_variants.md``): each rule by hand, and the scenario file run from a copy
 of its folder, whose clients have exactly the speeds the user's distribution draws and the
 label-sorted blocks the user's partition makes (the shipped defaults give neither). One short
-inline run (4 versions, 6 clients; about 3 s on a quiet 2-core machine)."""
+inline run (4 versions, 6 clients): 19 s measured at load 14 on the shared 2-core machine, most
+of it the start-up of the first run of a session; not measured on a quiet machine."""
 from __future__ import annotations
 
 import shutil
