@@ -78,10 +78,11 @@ class RunSummary:
 
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     """Instantiate the scenario's algorithm for the federation's input shape and classes."""
+    builder = model_builder(scenario.model.name, scenario.plugin_dir)
     factory = ModelFactory(scenario.model.name, federation.input_shape, federation.num_classes,
-                           tuple(scenario.model.hidden), builder=model_builder(scenario.model.name),
+                           tuple(scenario.model.hidden), builder=builder,
                            target_shape=tuple(federation.y.shape[1:]))
-    cls = algorithm_class(scenario.algorithm.name)
+    cls = algorithm_class(scenario.algorithm.name, scenario.plugin_dir)
     if factory.target_shape and not cls.per_token_targets:
         allowed = ", ".join(n for n in algorithm_names() if get_algorithm(n).per_token_targets)
         raise PluginError(f"algorithm.name: {cls.name} does not train on per-token targets ({federation.dataset_name} "
@@ -206,7 +207,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     started = time.perf_counter()
     seed = scenario.seed
     if federation is None:
-        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed)
+        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed, scenario.plugin_dir)
     algorithm = make_algorithm(scenario, federation)
     mark = fingerprint(resolved_dict(scenario))
     checkpoint = None
@@ -291,7 +292,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     session.clients_evaluated = writer.clients_evaluated
     writer.participation = Participation(federation.client_sizes())
-    selector = build_selector(scenario.selection, seed)
+    selector = build_selector(scenario.selection, seed, scenario.plugin_dir)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
         session.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
