@@ -212,7 +212,7 @@ def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> t
     if metric.startswith("auc_"):
         return float(acc.mean()), True
     assert claim.target is not None
-    at = "version" if metric == "rounds_to_target" else "virtual_time"
+    at = "version" if metric.startswith("rounds_to_target") else "virtual_time"
     hit = np.flatnonzero(acc >= claim.target)
     if hit.size == 0:
         return float(rows[at].iloc[-1]), False

@@ -160,6 +160,10 @@ def test_metrics_by_hand() -> None:
     assert measure(m, _claim("rounds_to_target", 0.6)) == (5.0, True)
     assert measure(m, _claim("time_to_target", 0.7)) == (20.0, True)
     assert measure(m, _claim("rounds_to_target", 0.95)) == (10.0, False)  # never: counted at the last
+    # personalized accuracy: .2 at version 0, none at 5, .9 at 10 (time 20)
+    assert measure(m, _claim("rounds_to_target_personal", 0.5)) == (10.0, True)
+    assert measure(m, _claim("time_to_target_personal", 0.2)) == (0.0, True)
+    assert measure(m, _claim("time_to_target_personal", 0.95)) == (20.0, False)
 
 
 def test_linear_metrics_read_the_average_rows(tmp_path: Path) -> None:
