@@ -15,6 +15,8 @@ seed only.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
@@ -52,7 +54,8 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         if ds.natural_clients is None or len(ds.natural_clients) != num_clients:
             raise DatasetError(f"dataset.partition: {cfg.name} has no natural split into {num_clients} clients; "
                                "use another partition type")
-        parts = [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]
+        parts: Sequence[np.ndarray] = ds.natural_clients if isinstance(ds.natural_clients, ClientIndex) else \
+            [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]  # a ClientIndex hands out one view at a time
     else:
         rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_PARTITION]))
         try:
