@@ -33,7 +33,7 @@ from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS
 from fedclock.scenarios.datasets import DATASET_NAMES
 from fedclock.scenarios.experiment import RunSummary, run_scenario
-from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, machine_cpus, plan_jobs,
+from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, physical_cores, plan_jobs,
                                      run_jobs)
 from fedclock.scenarios.loader import Override, ScenarioError, Suite, load_suite, parse_suite
 from fedclock.scenarios.plugins import find
@@ -248,8 +248,8 @@ def run_grid(suite: Suite, out: Path | None, jobs: int | str, overwrite: bool = 
     todo = sum(not o.skipped for o in plan)
     if jobs == "auto":
         first = suite.runs[0].runtime
-        workers = default_jobs(suite, cluster_cpus(first.address) if first.backend == "ray" else machine_cpus(),
-                               max(1, todo))
+        local = first.backend != "ray" or first.address is None
+        workers = default_jobs(suite, physical_cores() if local else cluster_cpus(first.address), max(1, todo))
     else:
         workers = max(1, min(int(jobs), max(1, todo)))
     if on_plan is not None:
