@@ -44,6 +44,7 @@ Choices, in one place:
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import inspect
 import os
 import pickle
@@ -281,11 +282,28 @@ def _check_labels(y: torch.Tensor, num_classes: int, where: Path) -> None:
 
 
 # --------------------------------------------------------------------------- digits
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``load_digits(return_X_y=True)``: its bundled ``digits.csv.gz`` read as
+    scikit-learn reads it (``np.loadtxt``, the last column the label), without importing
+    scikit-learn, which costs a cold run more CPU than the rest of its data loading (about
+    3 CPU seconds on the loaded 2-core machine, ``benchmarks/RESULTS.md``, "Ray start-up").
+    A scikit-learn whose file is not where this looks is asked the usual way."""
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    origin = Path(spec.origin) if spec is not None and spec.origin is not None else None
+    path = origin.parent / "datasets" / "data" / "digits.csv.gz" if origin is not None else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        return x, y
+    with gzip.open(path, mode="rt", encoding="utf-8") as text:
+        data = np.loadtxt(text, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int, copy=False)
+
+
 def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
     """scikit-learn digits with a stratified, seeded global test split."""
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
+    x, y = _digits_arrays()
     rng = _rng(seed, _STREAM_DIGITS_SPLIT)
     test_parts = []
     for c in np.unique(y):

@@ -117,6 +117,16 @@ def test_digits_resize_and_subsample() -> None:
     assert len(ds.y_train) == 100
 
 
+def test_the_digits_file_reads_as_scikit_learn_loads_it() -> None:
+    from sklearn.datasets import load_digits
+
+    from fedclock.scenarios.datasets import _digits_arrays
+
+    (x, y), (x_ref, y_ref) = _digits_arrays(), load_digits(return_X_y=True)
+    assert x.dtype == x_ref.dtype and y.dtype == y_ref.dtype
+    assert np.array_equal(x, x_ref) and np.array_equal(y, y_ref) and x.shape == (1797, 64)
+
+
 # --------------------------------------------------------------------------- synthetic
 def _synthetic(seed: int = 0, clients: int = 20, **kw: object) -> object:
     cfg = DatasetConfig(name="synthetic", synthetic_samples=4000, partition={"type": "natural"}, **kw)
