@@ -78,6 +78,7 @@ class FedAsync(Algorithm[FedAsyncParams]):
     """
 
     name: ClassVar[str] = "fedasync"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     stateless_clients: bool = True  # the client state passes through: None in, None out
     summary: ClassVar[str] = "FedAsync: mix each arriving model in with a staleness-discounted weight"
     paper: ClassVar[str] = "Xie, Koyejo, Gupta, Asynchronous Federated Optimization, arXiv:1903.03934, 2019"
@@ -102,6 +103,14 @@ class FedAsync(Algorithm[FedAsyncParams]):
                    local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
         """Upload the local model under ``"weights"``."""
         return model_result(local, client_state, data, metrics)
+
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> str:
+        """``"mix"``: each arrival mixed into the model in turn, whatever the state; with
+        ``window: stale_mix_mean``, ``"mix N stale"``: only the ``N`` stale arrivals are mixed
+        before the mean (:mod:`fedclock.algorithms.server_cost`)."""
+        if self.params.window == "stale_mix_mean":
+            return f"mix {sum(a.staleness > 0 for a in arrivals)} stale"
+        return "mix"
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

@@ -70,6 +70,7 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
                             "Decentralized Data, AISTATS 2017")
     Params: ClassVar[type[AlgorithmParams]] = FedAvgParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     vectorizable: ClassVar[bool] = True
     upload_is_delta: ClassVar[bool] = True
 
@@ -116,6 +117,11 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
                    local: torch.Tensor, metrics: dict[str, float]) -> ClientResult:
         """Upload ``"delta" = local - w_t``; the client state passes through."""
         return delta_result(local, payload["weights"], self.keep_local_body(client_state, local), data, metrics)
+
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> str:
+        """``"aggregate"``: every step averages its arrivals' deltas and applies the mean, whatever
+        the state (:mod:`fedclock.algorithms.server_cost`)."""
+        return "aggregate"
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

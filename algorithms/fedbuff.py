@@ -52,6 +52,7 @@ class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
     """
 
     name: ClassVar[str] = "fedbuff"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     summary: ClassVar[str] = "FedBuff: buffer K asynchronous deltas, then apply their mean"
     paper: ClassVar[str] = ("Nguyen et al., Federated Learning with Buffered Asynchronous Aggregation, "
                             "AISTATS 2022")
@@ -70,6 +71,13 @@ class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
         """Upload ``"delta" = local - w_tau``."""
         start = payload["weights"]
         return delta_result(local, start, client_state, data, metrics)
+
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> str:
+        """``"append"`` when these arrivals only fill the buffer, ``"flush"`` when they fill
+        it once (the append, the mean applied, the buffer cleared), ``"flush xN"`` ``N`` times
+        (:mod:`fedclock.algorithms.server_cost`)."""
+        flushes = (int(state.extra.get("buffered", 0)) + len(arrivals)) // self.params.buffer_size
+        return "append" if flushes == 0 else "flush" if flushes == 1 else f"flush x{flushes}"
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

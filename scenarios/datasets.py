@@ -67,7 +67,7 @@ __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "dat
 DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                                   "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
                                   "femnist", "shakespeare", "synthetic_leaf",
-                                  "mnist1d", "sent140", "celeba")
+                                  "mnist1d", "sent140", "celeba", "stackoverflow")
 
 DATASET_SUMMARIES: dict[str, str] = {
     "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
@@ -92,6 +92,8 @@ DATASET_SUMMARIES: dict[str, str] = {
     "sent140": "client files (format leaf): Sentiment140 tweets, one client per Twitter user, 25 word indices, "
                "2 classes",
     "celeba": "client files (format leaf): CelebA faces, one client per celebrity, 84x84 colour, smiling or not",
+    "stackoverflow": "client files (format tff_h5): Stack Overflow, one client per user, sentences of 20 word "
+                     "indices (TFF's 10,000 words), next-word targets per token",
 }
 
 # Fixed stream ids: each random use gets its own generator seeded by (seed, stream).

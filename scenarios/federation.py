@@ -57,6 +57,9 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         parts: Sequence[np.ndarray] = ds.natural_clients if isinstance(ds.natural_clients, ClientIndex) else \
             [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]  # a ClientIndex hands out one view at a time
     else:
+        if ds.y_train.dim() > 1 and cfg.partition.type != "iid":
+            raise DatasetError(f"dataset.partition.type: {cfg.partition.type} splits by class, but {cfg.name} has "
+                               "a target per token (allowed: natural, iid)")
         rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_PARTITION]))
         try:
             parts = partition_indices(ds.y_train.numpy(), num_clients, cfg.partition, rng)

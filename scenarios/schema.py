@@ -164,17 +164,17 @@ MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home",
 
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
                       "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d", "sent140", "celeba"]
+                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d", "sent140", "celeba", "stackoverflow"]
 
 FileFormat = Literal["leaf", "tff_h5", "fedscale_csv"]
 """Published client-file formats (:mod:`fedclock.scenarios.client_files`)."""
 FORMAT_DATASETS: dict[str, tuple[str, ...]] = {
     "leaf": ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba"),
-    "tff_h5": ("femnist", "shakespeare", "cifar100"),
+    "tff_h5": ("femnist", "shakespeare", "cifar100", "stackoverflow"),
     "fedscale_csv": ("femnist",),
 }
 """The datasets each format is read for."""
-FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba")
+FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba", "stackoverflow")
 """Datasets that exist only as client files (they need ``dataset.format``)."""
 
 
@@ -258,8 +258,9 @@ class DatasetConfig(StrictModel):
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
                              f"not {self.name}")
-        if self.generate is not None and self.format != "leaf":
-            raise ValueError(f"generate: generates leaf files only (format is {self.format})")
+        if self.generate is not None and self.format != "leaf" and self.name != "stackoverflow":
+            raise ValueError(f"generate: generates leaf files, or tff_h5 files of stackoverflow (format is "
+                             f"{self.format})")
         if self.generate is not None and self.name in ("sent140", "celeba"):
             raise ValueError(f"generate: writes femnist, shakespeare or synthetic_leaf files, not {self.name}")
         if self.pool == "all":
@@ -301,7 +302,7 @@ class DatasetConfig(StrictModel):
 
 
 ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn",
-                       "leaf_cnn", "char_lstm"]
+                       "leaf_cnn", "char_lstm", "word_lstm", "word_lstm_small"]
 
 
 class ModelConfig(StrictModel):
