@@ -23,10 +23,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from fedclock.actors.runtime_config import RuntimeConfig
+if TYPE_CHECKING:  # imported for annotations only: this module stays light (see RayStart)
+    from fedclock.actors.runtime_config import RuntimeConfig
 
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch between a cluster-ready node address ("1") and loopback ("0")."""
@@ -71,6 +73,58 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
         raise RuntimeError(f"runtime: the local Ray took node address {node}, not loopback; set "
                            f"{LOCAL_ONLY_VARIABLE}=0 before Python imports ray, or run on a cluster with --address")
     return True
+
+
+class RayStart:
+    """:func:`start_ray` in a background thread, which then lives until :meth:`close`: Ray's
+    daemons are started with a parent-death signal, which Linux sends when the *thread* that
+    started them ends (a first version that let the thread end lost its GCS 60 s later).
+
+    Starting Ray takes seconds, most of them spent waiting for Ray's own processes to come up
+    (``benchmarks/RESULTS.md``, "Ray start-up"), so a caller starts it first and does its own
+    work meanwhile: :class:`~fedclock.actors.runtime.Runtime` loads the first run's data, and
+    the ``fedclock`` command (:mod:`fedclock.scenarios.entry`) starts it before it even imports
+    PyTorch. This module imports neither PyTorch nor pydantic for that reason."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self._started_ray = False
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._release = threading.Event()
+        self._thread: threading.Thread | None = threading.Thread(target=self._run, name="fedclock-ray-start",
+                                                                 daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._started_ray = start_ray(self.address)
+        except BaseException as exc:  # handed to the caller by wait()
+            self._error = exc
+        self._done.set()
+        self._release.wait()
+
+    def wait(self) -> None:
+        """Wait until Ray runs; raise what starting it raised (once)."""
+        self._done.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def close(self) -> None:
+        """Shut down the Ray this started (none when Ray ran already, or it failed to start)
+        and end the thread; a second call does nothing."""
+        if self._thread is None:
+            return
+        self._done.wait()
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+        self._release.set()
+        self._thread.join()
+        self._thread = None
 
 
 @contextmanager

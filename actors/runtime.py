@@ -29,7 +29,7 @@ from fedclock.actors.grouping import InstantGroups
 from fedclock.actors.launcher import InFlight, Launcher
 from fedclock.actors.payloads import PayloadCache
 from fedclock.actors.ray_actors import RayClientExecutor, RayServer
-from fedclock.actors.ray_start import default_num_actors, start_ray, uploaded_py_modules
+from fedclock.actors.ray_start import RayStart, default_num_actors, uploaded_py_modules
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.actors.server import Server
 from fedclock.actors.session import AlgorithmTraits, Session
@@ -44,14 +44,16 @@ class ResourceError(Exception):
 class Runtime:
     """Starts Ray when needed and keeps the actors of one resource shape across runs.
 
-    Ray starts in a background thread, so that the caller can load the first run's data
-    meanwhile; with ``prestart`` (the first run's runtime settings and number of clients) the
-    thread then creates that run's executors and server actor, whose processes boot (import
-    PyTorch, ...) while the data are still loading. Every method that needs Ray waits for
-    the thread first and raises what it raised."""
+    Ray starts in a background thread (:class:`~fedclock.actors.ray_start.RayStart`, or the
+    one given as ``ray_start``, started earlier by the caller), so that the caller can load
+    the first run's data meanwhile; with ``prestart`` (the first run's runtime settings and
+    number of clients) a second thread then creates that run's executors and server actor,
+    whose processes boot (import PyTorch, ...) while the data are still loading. Every method
+    that needs Ray waits for that thread first and raises what it raised."""
 
     def __init__(self, backend: str = "ray", address: str | None = None,
-                 prestart: tuple[RuntimeConfig, int] | None = None, py_modules: Sequence[str] = ()) -> None:
+                 prestart: tuple[RuntimeConfig, int] | None = None, py_modules: Sequence[str] = (),
+                 ray_start: RayStart | None = None) -> None:
         self.backend = backend
         self.address = address
         self.py_modules = sorted(set(py_modules))
@@ -60,33 +62,36 @@ class Runtime:
         self.runtime_env: dict[str, Any] = {}
         """Ray's ``runtime_env`` of every actor this runtime starts: the user's modules,
         uploaded once to the cluster (whoever started Ray)."""
-        self._started_ray = False
         self._pool: list[Any] = []
         self._pool_shape: tuple[float, float, int] | None = None
         self._server: Any = None
+        self._ray: RayStart | None = None
+        """Ray starting or started (and shut down by :meth:`close` if it started it)."""
         self._starting: threading.Thread | None = None
         self._started = threading.Event()
-        self._release = threading.Event()
         self._start_error: BaseException | None = None
+        if ray_start is not None and (backend != "ray" or ray_start.address != address):
+            ray_start.close()  # started for another backend or cluster: not this runtime's
+            ray_start = None
         if backend == "ray":
             self.transport: Transport = RayTransport()
             if threading.current_thread() is threading.main_thread() and \
                     signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 # what ray.init does when called from the main thread: SIGTERM exits (so Ray shuts down)
                 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
-            self._starting = threading.Thread(target=self._start, args=(prestart,), name="fedclock-ray-start",
+            self._ray = ray_start if ray_start is not None else RayStart(address)
+            self._starting = threading.Thread(target=self._start, args=(prestart,), name="fedclock-ray-actors",
                                               daemon=True)
             self._starting.start()
         else:
             self.transport = InlineTransport()
 
     def _start(self, prestart: tuple[RuntimeConfig, int] | None) -> None:
-        """The background thread: ``ray.init``, then the first run's actors (if ``prestart``
-        is given and they fit the cluster; otherwise :meth:`session` says why not). The
-        thread then waits for :meth:`close`: Ray's daemons are started with a parent-death
-        signal, which Linux sends when the *thread* that started them ends."""
+        """The background thread: wait for Ray, then start the first run's actors (if
+        ``prestart`` is given and they fit the cluster; otherwise :meth:`session` says why not)."""
         try:
-            self._init_ray()
+            assert self._ray is not None
+            self._ray.wait()
             if self.py_modules:
                 self.runtime_env = {"py_modules": uploaded_py_modules(self.py_modules)}
             if prestart is not None:
@@ -99,7 +104,6 @@ class Runtime:
         except BaseException as exc:  # handed to the caller by _ready()
             self._start_error = exc
         self._started.set()
-        self._release.wait()
 
     def _ready(self) -> None:
         """Wait until Ray (and the prestarted actors) are started; raise what starting raised."""
@@ -109,9 +113,6 @@ class Runtime:
         if self._start_error is not None:
             error, self._start_error = self._start_error, None
             raise error
-
-    def _init_ray(self) -> None:
-        self._started_ray = start_ray(self.address)
 
     @property
     def cpus(self) -> float:
@@ -225,15 +226,12 @@ class Runtime:
             pass
         self._kill(self._pool + ([self._server] if self._server is not None else []))
         self._pool, self._server, self._pool_shape = [], None, None
-        if self._started_ray:
-            import ray
-
-            ray.shutdown()
-            self._started_ray = False
-        self._release.set()
         if self._starting is not None:
             self._starting.join()
             self._starting = None
+        if self._ray is not None:
+            self._ray.close()
+            self._ray = None
 
 
 def _launcher(calls: ActorCalls, cfg: RuntimeConfig, placement: str, num_clients: int) -> Launcher:

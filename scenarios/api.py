@@ -27,12 +27,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from fedclock.actors.ray_start import RayStart
 from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS
 from fedclock.scenarios.datasets import DATASET_NAMES
 from fedclock.scenarios.experiment import RunSummary, run_scenario
-from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, machine_cpus, plan_jobs,
+from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, physical_cores, plan_jobs,
                                      run_jobs)
 from fedclock.scenarios.loader import Override, ScenarioError, Suite, load_suite, parse_suite
 from fedclock.scenarios.plugins import find
@@ -173,8 +174,9 @@ Progress = Callable[[float, int, int, float | None], None]
 def execute(suite: Suite, out: Path | None, resume: bool = False,
             on_start: Callable[[Scenario], Progress | None] | None = None,
             on_finish: Callable[[RunSummary], None] | None = None, overwrite: bool = False,
-            on_note: Callable[[str], None] | None = None) -> list[RunSummary]:
-    """Run every run of ``suite`` on one runtime (Ray, or inline, as the runs say) and
+            on_note: Callable[[str], None] | None = None, ray_start: RayStart | None = None) -> list[RunSummary]:
+    """Run every run of ``suite`` on one runtime (Ray, or inline, as the runs say; ``ray_start``:
+    Ray already starting, which the runtime adopts when the runs are on it) and
     return their summaries; ``on_start`` may return a progress callback for the run. A run
     whose folder holds anything refuses it unless ``overwrite``
     (:mod:`fedclock.scenarios.runstatus`); ``on_note`` hears what a resume skipped."""
@@ -183,7 +185,7 @@ def execute(suite: Suite, out: Path | None, resume: bool = False,
         raise ScenarioError("runtime.backend and runtime.address must be the same for every run of a file")
     # Ray and the first run's actors start in the background while that run loads its data
     runtime = Runtime(first.backend, first.address, prestart=(first, suite.runs[0].population.num_clients),
-                      py_modules=modules_to_ship(suite.runs))
+                      py_modules=modules_to_ship(suite.runs), ray_start=ray_start)
     summaries = []
     costs = CountedCosts()  # counted once per session (fedclock.scenarios.run_costs)
     try:
@@ -246,8 +248,8 @@ def run_grid(suite: Suite, out: Path | None, jobs: int | str, overwrite: bool = 
     todo = sum(not o.skipped for o in plan)
     if jobs == "auto":
         first = suite.runs[0].runtime
-        workers = default_jobs(suite, cluster_cpus(first.address) if first.backend == "ray" else machine_cpus(),
-                               max(1, todo))
+        local = first.backend != "ray" or first.address is None
+        workers = default_jobs(suite, physical_cores() if local else cluster_cpus(first.address), max(1, todo))
     else:
         workers = max(1, min(int(jobs), max(1, todo)))
     if on_plan is not None:

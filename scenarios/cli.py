@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 
 from fedclock.actors.calls import ActorLost
+from fedclock.actors.ray_start import RayStart
 from fedclock.actors.watchdog import TaskHung
 from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.models import MODEL_SUMMARIES
@@ -154,8 +155,10 @@ def _convert_trace(source: Path, target: Path, clients: int | None, until_s: flo
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -> int:
+    """The command (the console script runs it through :mod:`fedclock.scenarios.entry`, which
+    may hand it Ray already starting as ``ray_start``; a run on another backend or cluster
+    shuts that down)."""
     parser = _parser()
     previous = None
     try:
@@ -201,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite = _only_seeds(load_suite(path, overrides), args.seeds)
         if args.jobs != 1 or args.unfinished:
             return _run_grid(suite, args)
-        return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite)
+        return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite, ray_start=ray_start)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
             ClaimError, FolderInUse) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
@@ -247,7 +250,8 @@ def _resume_suite(directory: Path, overrides: list[str]) -> Suite:
     return load_suite(path, overrides)
 
 
-def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False, overwrite: bool = False) -> int:
+def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False, overwrite: bool = False,
+         ray_start: RayStart | None = None) -> int:
     from fedclock.scenarios.progress import RunProgress, make_console, summary_table
 
     console = make_console()
@@ -268,6 +272,7 @@ def _run(suite: Suite, out: Path | None, quiet: bool, resume: bool = False, over
 
         # Ray and the first run's actors start in the background while that run loads its data
         summaries = execute(suite, out, resume=resume, on_start=start, on_finish=finish, overwrite=overwrite,
+                            ray_start=ray_start,
                             on_note=lambda line: print(f"fedclock: note: {one_line(line)}", file=sys.stderr))
     console.print(summary_table(f"{suite.name}: results", summaries))
     root = _summary_root(suite, out)

@@ -44,6 +44,7 @@ Choices, in one place:
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import inspect
 import os
 import pickle
@@ -51,12 +52,13 @@ import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedclock.actors.federation import ClientIndex
 from fedclock.scenarios.plugins import PluginError, find
 from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
 
@@ -117,7 +119,7 @@ class Dataset:
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int
-    natural_clients: tuple[np.ndarray, ...] | None = None
+    natural_clients: Sequence[np.ndarray] | None = None
     natural_tests: tuple[np.ndarray, ...] | None = None
     """Client files only: every natural client's own test samples (indices into ``x_test``,
     which is their union)."""
@@ -283,11 +285,28 @@ def _check_labels(y: torch.Tensor, num_classes: int, where: Path) -> None:
 
 
 # --------------------------------------------------------------------------- digits
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``load_digits(return_X_y=True)``: its bundled ``digits.csv.gz`` read as
+    scikit-learn reads it (``np.loadtxt``, the last column the label), without importing
+    scikit-learn, which costs a cold run more CPU than the rest of its data loading (about
+    3 CPU seconds on the loaded 2-core machine, ``benchmarks/RESULTS.md``, "Ray start-up").
+    A scikit-learn whose file is not where this looks is asked the usual way."""
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    origin = Path(spec.origin) if spec is not None and spec.origin is not None else None
+    path = origin.parent / "datasets" / "data" / "digits.csv.gz" if origin is not None else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        return x, y
+    with gzip.open(path, mode="rt", encoding="utf-8") as text:
+        data = np.loadtxt(text, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int, copy=False)
+
+
 def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
     """scikit-learn digits with a stratified, seeded global test split."""
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
+    x, y = _digits_arrays()
     rng = _rng(seed, _STREAM_DIGITS_SPLIT)
     test_parts = []
     for c in np.unique(y):
@@ -342,35 +361,34 @@ def _synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     cov_sd = np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2) ** 0.5
     u = rng.normal(0.0, cfg.synthetic_alpha, num_clients)
     big_b = rng.normal(0.0, cfg.synthetic_beta, num_clients)
-    xs_train, ys_train, xs_test, ys_test = [], [], [], []
+    # every client's samples are written straight into the flat arrays (the same draws in the
+    # same order as drawing and concatenating them): no arrays per client, which cost about
+    # 1 KB per client beside the samples (benchmarks/RESULTS.md, "Idle clients")
+    n_tests = np.minimum(sizes - 1, np.floor(cfg.global_test_fraction * sizes + 0.5).astype(np.int64))
+    test_ends, train_ends = np.cumsum(n_tests), np.cumsum(sizes - n_tests)
+    x_test, y_test = np.empty((int(test_ends[-1]), dim), np.float32), np.empty(int(test_ends[-1]), np.int64)
+    x_train, y_train = np.empty((int(train_ends[-1]), dim), np.float32), np.empty(int(train_ends[-1]), np.int64)
     for k in range(num_clients):
         w = rng.normal(u[k], 1.0, (classes, dim))
         b = rng.normal(u[k], 1.0, classes)
         v = rng.normal(big_b[k], 1.0, dim)
         x = v + rng.standard_normal((sizes[k], dim)) * cov_sd
         y = np.argmax(x @ w.T + b, axis=1)
-        n_test = min(sizes[k] - 1, int(np.floor(cfg.global_test_fraction * sizes[k] + 0.5)))
-        xs_test.append(x[: n_test])
-        ys_test.append(y[: n_test])
-        xs_train.append(x[n_test:])
-        ys_train.append(y[n_test:])
-    counts = np.array([len(y) for y in ys_train], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    clients = [np.arange(s, s + c, dtype=np.int64) for s, c in zip(starts, counts)]
-    x_train, y_train = np.concatenate(xs_train), np.concatenate(ys_train)
+        n_test, test_end, train_end = n_tests[k], test_ends[k], train_ends[k]
+        x_test[test_end - n_test:test_end], y_test[test_end - n_test:test_end] = x[:n_test], y[:n_test]
+        n_train = sizes[k] - n_test
+        x_train[train_end - n_train:train_end], y_train[train_end - n_train:train_end] = x[n_test:], y[n_test:]
+    counts = sizes - n_tests
+    clients = ClientIndex(np.arange(len(y_train), dtype=np.int64), np.concatenate([[0], train_ends]))
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_train):
         keep_per_client = np.minimum(_proportional(counts, cfg.max_train_samples, minimum=1), counts)
         kept = [np.sort(rng.choice(idx, n, replace=False)) for idx, n in zip(clients, keep_per_client)]
         keep = np.concatenate(kept)
         x_train, y_train = x_train[keep], y_train[keep]
-        starts = np.concatenate([[0], np.cumsum(keep_per_client)[:-1]])
-        clients = [np.arange(s, s + c, dtype=np.int64) for s, c in zip(starts, keep_per_client)]
-    return Dataset(
-        "synthetic",
-        torch.from_numpy(x_train.astype(np.float32)), torch.from_numpy(y_train.astype(np.int64)),
-        torch.from_numpy(np.concatenate(xs_test).astype(np.float32)),
-        torch.from_numpy(np.concatenate(ys_test).astype(np.int64)),
-        classes, tuple(clients))
+        clients = ClientIndex(np.arange(len(keep), dtype=np.int64),
+                              np.concatenate([[0], np.cumsum(keep_per_client)]).astype(np.int64))
+    return Dataset("synthetic", torch.from_numpy(x_train), torch.from_numpy(y_train), torch.from_numpy(x_test),
+                   torch.from_numpy(y_test), classes, clients)
 
 
 def _synthetic_sizes(rng: np.random.Generator, num_clients: int, total: int) -> np.ndarray:

@@ -16,6 +16,7 @@ seed only.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -56,7 +57,8 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
         if ds.natural_clients is None or len(ds.natural_clients) != num_clients:
             raise DatasetError(f"dataset.partition: {cfg.name} has no natural split into {num_clients} clients; "
                                "use another partition type")
-        parts = [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]
+        parts: Sequence[np.ndarray] = ds.natural_clients if isinstance(ds.natural_clients, ClientIndex) else \
+            [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]  # a ClientIndex hands out one view at a time
     else:
         if ds.y_train.dim() > 1 and cfg.partition.type != "iid":
             raise DatasetError(f"dataset.partition.type: {cfg.partition.type} splits by class, but {cfg.name} has "

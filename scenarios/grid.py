@@ -20,7 +20,7 @@ side never wait on each other's actors; the actor count never changes a number
 (``runtime`` section of the scenario docs), and the run's resolved file keeps its own setting.
 
 The default number of workers (:func:`default_jobs`) is as many runs as the CPUs hold without
-slowing each: the machine's (or the Ray cluster's) CPUs over the CPUs one run uses
+slowing each: the machine's physical cores (:func:`physical_cores`; a cluster's CPUs) over the CPUs one run uses
 (``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus`` times the executors
 it asks for on Ray, at least one), never more than there are jobs.
 
@@ -39,7 +39,7 @@ import traceback
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fedclock.scenarios.checkpoints import checkpoint_dir
 from fedclock.scenarios.runstatus import FINISHED, read_status
@@ -88,6 +88,28 @@ def machine_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def physical_cores(allowed: Iterable[int] | None = None, root: Path = Path("/sys/devices/system/cpu")) -> int:
+    """The physical cores among the CPUs this process may run on (``allowed``, default its
+    affinity): the hardware threads of one core (Linux's sysfs topology, ``core_cpus_list``)
+    count once. Two runs on the two threads of one core share its arithmetic units and
+    caches, so each runs slower than alone. Where the topology cannot be read, every CPU counts."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    except AttributeError:  # not Linux
+        return machine_cpus()
+    cores = set()
+    for cpu in cpus:
+        topology = root / f"cpu{cpu}" / "topology"
+        try:
+            cores.add((topology / "core_cpus_list").read_text(encoding="ascii").strip())
+        except OSError:
+            try:
+                cores.add((topology / "thread_siblings_list").read_text(encoding="ascii").strip())
+            except OSError:
+                return len(cpus)
+    return max(1, len(cores))
 
 
 def cluster_cpus(address: str | None) -> float:

@@ -55,9 +55,11 @@ The schemes, and the paper each follows:
 """
 from __future__ import annotations
 
+from typing import Protocol, Sequence
+
 import numpy as np
 
-from typing import Protocol
+from fedclock.actors.federation import ClientIndex
 
 _DIRICHLET_TRIES = 1000
 
@@ -71,7 +73,7 @@ class Partition(Protocol):
 
 
 def partition_indices(labels: np.ndarray, num_clients: int, cfg: Partition,
-                      rng: np.random.Generator) -> list[np.ndarray]:
+                      rng: np.random.Generator) -> Sequence[np.ndarray]:
     """Split ``range(len(labels))`` among ``num_clients`` clients following ``cfg``.
 
     Returns one sorted int64 index array per client; arrays are disjoint. Samples of
@@ -88,12 +90,14 @@ def partition_indices(labels: np.ndarray, num_clients: int, cfg: Partition,
     return _group(cfg.owners(labels, num_clients, rng), num_clients)
 
 
-def _group(owner: np.ndarray, num_clients: int) -> list[np.ndarray]:
-    """Indices grouped by owner (``-1`` dropped), each group ascending."""
+def _group(owner: np.ndarray, num_clients: int) -> ClientIndex:
+    """Indices grouped by owner (``-1`` dropped), each group ascending; one flat array and
+    offsets, not an array per client (about 100 bytes each: 100 MB at a million clients)."""
     used = np.flatnonzero(owner >= 0).astype(np.int64)
     order = used[np.argsort(owner[used], kind="stable")]
-    counts = np.bincount(owner[used], minlength=num_clients)
-    return [part.copy() for part in np.split(order, np.cumsum(counts)[:-1])]
+    offsets = np.zeros(num_clients + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner[used], minlength=num_clients), out=offsets[1:])
+    return ClientIndex(order, offsets)
 
 
 def even_owners(count: int, holders: np.ndarray) -> np.ndarray:

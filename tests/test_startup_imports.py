@@ -26,3 +26,13 @@ def test_a_run_imports_no_on_demand_library(modules: list[str]) -> None:
             + f"print(' '.join(m for m in {ON_DEMAND!r} if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert loaded == [], f"imported at start-up: {loaded}"
+
+
+def test_loading_the_bundled_digits_imports_no_scikit_learn() -> None:
+    """The quickstart's data: scikit-learn's digits file is read without importing scikit-learn
+    (scenarios/datasets.py: _digits_arrays); the arrays equal load_digits' (tests/scenarios/test_datasets.py)."""
+    code = ("import sys\nfrom fedclock.scenarios.datasets import load_dataset\n"
+            "from fedclock.scenarios.schema import DatasetConfig\n"
+            "load_dataset(DatasetConfig(name='digits'), seed=0, num_clients=2)\nprint('sklearn' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False"]

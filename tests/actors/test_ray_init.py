@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import pytest
 
-from fedclock.actors.ray_start import is_loopback
+from fedclock.actors.ray_start import RayStart, is_loopback
 from fedclock.actors.runtime import Runtime
 from tests.user_runs import fedasync_on_digits
 
@@ -47,6 +47,40 @@ def test_a_local_ray_on_a_public_node_address_is_refused(monkeypatch: pytest.Mon
     runtime.close()
 
 
+def _fake_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Ray's start and shutdown recorded instead of run."""
+    import ray
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append({"shutdown": True}))
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")
+    return calls
+
+
+def test_a_runtime_adopts_a_ray_started_earlier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``fedclock`` command starts Ray before it imports PyTorch (scenarios/entry.py); the
+    run's runtime uses that start (Ray is started once) and shuts it down when it closes."""
+    calls = _fake_ray(monkeypatch)
+    early = RayStart(None)
+    runtime = Runtime("ray", None, ray_start=early)
+    runtime.close()
+    early.close()  # a second close does nothing
+    assert [c.get("shutdown", False) for c in calls] == [False, True]
+
+
+@pytest.mark.parametrize("backend,address", [("inline", None), ("ray", "10.0.0.5:6379")])
+def test_a_ray_started_for_another_runtime_is_shut_down(monkeypatch: pytest.MonkeyPatch, backend: str,
+                                                        address: str | None) -> None:
+    calls = _fake_ray(monkeypatch)
+    early = RayStart(None)
+    runtime = Runtime(backend, address, ray_start=early)
+    assert calls[:2] == [calls[0], {"shutdown": True}] and calls[0].get("address") is None
+    runtime.close()
+    assert [c.get("address") for c in calls[2:-1]] == ([address] if backend == "ray" else [])
+
+
 def test_is_loopback() -> None:
     assert all(map(is_loopback, ["127.0.0.1", "127.3.0.1", "::1", "::ffff:127.0.0.1", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "::", "192.0.2.2", "::ffff:10.0.0.1", "fe80::1"]))
@@ -68,13 +102,14 @@ def _listening(process: psutil.Process) -> set[tuple[str, str, int]]:
 
 
 def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
-    """``fedclock run`` without ``--address`` in a child process: every socket it and the Ray
+    """``fedclock run`` without ``--address`` in a child process (the console script's module,
+    which starts Ray before it imports PyTorch): every socket it and the Ray
     processes it starts (GCS, raylet, object manager, workers, agents) listen on while it runs
     is bound to loopback."""
     file = tmp_path / "local.yaml"
     file.write_text(fedasync_on_digits("local", seed=0, num_clients=4, versions=4, every=4,
                                        runtime="{num_actors: 1, placement: pooled}", output="{progress: false}"))
-    child = subprocess.Popen([sys.executable, "-m", "fedclock.scenarios.cli", "run", str(file), "--out",
+    child = subprocess.Popen([sys.executable, "-m", "fedclock.scenarios.entry", "run", str(file), "--out",
                               str(tmp_path / "out"), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen: set[tuple[str, str, int]] = set()
     try:

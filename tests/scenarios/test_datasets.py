@@ -117,6 +117,16 @@ def test_digits_resize_and_subsample() -> None:
     assert len(ds.y_train) == 100
 
 
+def test_the_digits_file_reads_as_scikit_learn_loads_it() -> None:
+    from sklearn.datasets import load_digits
+
+    from fedclock.scenarios.datasets import _digits_arrays
+
+    (x, y), (x_ref, y_ref) = _digits_arrays(), load_digits(return_X_y=True)
+    assert x.dtype == x_ref.dtype and y.dtype == y_ref.dtype
+    assert np.array_equal(x, x_ref) and np.array_equal(y, y_ref) and x.shape == (1797, 64)
+
+
 # --------------------------------------------------------------------------- synthetic
 def _synthetic(seed: int = 0, clients: int = 20, **kw: object) -> object:
     cfg = DatasetConfig(name="synthetic", synthetic_samples=4000, partition={"type": "natural"}, **kw)
@@ -165,6 +175,33 @@ def test_synthetic_subsample_keeps_every_client() -> None:
     sizes = [len(c) for c in ds.natural_clients]
     assert min(sizes) >= 1 and abs(sum(sizes) - 500) <= 20
     assert sum(sizes) == len(ds.y_train)
+
+
+def test_synthetic_samples_are_each_clients_draws_in_client_order() -> None:
+    """The generator writes every client's draws straight into the flat arrays: the result
+    equals drawing each client's samples (FedProx Synthetic, datasets._synthetic's docstring)
+    and concatenating them, and the natural split is offsets into them, not an array per client."""
+    from fedclock.actors.federation import ClientIndex
+    from fedclock.scenarios import datasets
+
+    cfg = DatasetConfig(name="synthetic", synthetic_samples=300, synthetic_features=6, synthetic_classes=3,
+                        partition={"type": "natural"})
+    ds = load_dataset(cfg, seed=5, num_clients=7)
+    rng = datasets._rng(5, datasets._STREAM_SYNTHETIC)
+    sizes = datasets._synthetic_sizes(rng, 7, 300)
+    sd = np.power(np.arange(1, 7, dtype=np.float64), -1.2) ** 0.5
+    u, big_b = rng.normal(0.0, cfg.synthetic_alpha, 7), rng.normal(0.0, cfg.synthetic_beta, 7)
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    for k in range(7):
+        w, b, v = rng.normal(u[k], 1.0, (3, 6)), rng.normal(u[k], 1.0, 3), rng.normal(big_b[k], 1.0, 6)
+        x = v + rng.standard_normal((sizes[k], 6)) * sd
+        parts.append((x, np.argmax(x @ w.T + b, axis=1)))
+    n_test = [min(int(n) - 1, int(np.floor(0.2 * n + 0.5))) for n in sizes]
+    train_x = np.concatenate([x[t:] for (x, _), t in zip(parts, n_test)]).astype(np.float32)
+    test_y = np.concatenate([y[:t] for (_, y), t in zip(parts, n_test)])
+    assert np.array_equal(ds.x_train.numpy(), train_x) and np.array_equal(ds.y_test.numpy(), test_y)
+    assert isinstance(ds.natural_clients, ClientIndex)
+    assert [len(c) for c in ds.natural_clients] == [int(n) - t for n, t in zip(sizes, n_test)]
 
 
 def test_synthetic_rejects_image_size() -> None:

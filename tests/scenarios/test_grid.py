@@ -10,7 +10,7 @@ import pytest
 
 from fedclock.scenarios.api import run
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.grid import default_jobs
+from fedclock.scenarios.grid import default_jobs, physical_cores
 from fedclock.scenarios.loader import parse_suite
 
 FILE = """\
@@ -89,6 +89,17 @@ def test_jobs_must_be_a_whole_number_or_auto(tmp_path: Path, capsys: pytest.Capt
     assert err.count("\n") == 1 and "--jobs: must be at least 1 or auto (got 0)" in err
     assert main(["run", str(path), "--jobs", "many"]) == 2
     assert "must be a whole number or auto (got 'many')" in capsys.readouterr().err
+
+
+def test_physical_cores_count_the_threads_of_one_core_once(tmp_path: Path) -> None:
+    """Four CPUs in two cores of two hardware threads each (Linux's sysfs layout): two cores;
+    of the allowed CPUs 0 and 2 (one core) one; a topology that cannot be read counts every CPU."""
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "core_cpus_list").write_text(siblings + "\n", encoding="ascii")
+    assert physical_cores(range(4), tmp_path) == 2
+    assert physical_cores([0, 2], tmp_path) == 1
+    assert physical_cores([0, 1, 5], tmp_path) == 3
 
 
 def test_default_jobs_are_the_cpus_over_what_one_run_uses() -> None:

@@ -1,0 +1,226 @@
+"""Where a cold Ray run's start-up goes: whole cold processes side by side, and their timelines.
+
+    python benchmarks/ray_startup.py --repeats 3 --spans --out startup.json
+    python benchmarks/ray_startup.py --repeats 3 --spans --before-python OLD/bin/python --out startup.json
+    python benchmarks/ray_startup.py --repeats 1 --spans --importtime --out startup.json
+
+The workload is the quickstart's FedAvg run with 4 clients and 1 round (``benchmarks/grid.py``'s
+``one_round_file``): its training takes milliseconds, so the whole process is start-up.
+
+Each repeat runs, one after the other (so that on a shared machine every side sees the same
+load), ``fedclock run FILE`` as the console script runs it (``python -m
+fedclock.scenarios.entry``) with ``--backend inline`` and ``--backend ray``, and with
+``--before-python`` the Ray run of another checkout (an interpreter that imports it; run as
+``python -m fedclock.scenarios.cli``, the console script before ``scenarios/entry.py``). Each
+sample is a whole cold process: wall seconds from before it starts to its exit, CPU seconds
+(user + system) of it and every descendant it waited for.
+
+``--spans`` adds, per repeat and Ray side, one more cold run in a child of this script that
+wraps a few fedclock functions with timestamps before it runs the command (the code that runs
+is the command's; only the wrappers are added): ``ray.init`` start and end, PyTorch and the
+command imported, the data loaded, the actors created and set up, the first task sent, and each
+actor process's creation time (read from the process through Ray's ``__ray_call__`` before the
+run closes); times are seconds since this script started the child. ``--importtime`` starts the
+child with ``PYTHONPROFILEIMPORTTIME=1``, which Ray's processes inherit, and lists an actor
+process's slowest imports from its log file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid import one_round_file, timed  # a sibling benchmark script
+
+T0_VARIABLE = "FEDCLOCK_BENCH_T0"
+ENTRY = "fedclock.scenarios.entry"
+
+
+def child(argv: list[str], spans_path: Path, early: bool) -> None:
+    """Run the command with ``argv`` with timestamps around the start-up steps; write the
+    spans. ``early``: as the console script does (:mod:`fedclock.scenarios.entry`: Ray starts
+    before PyTorch is imported); otherwise as ``python -m fedclock.scenarios.cli`` (and as
+    the console script did before it)."""
+    t0 = float(os.environ[T0_VARIABLE])
+    spans: dict[str, Any] = {"interpreter up": time.time() - t0}
+
+    def mark(name: str) -> None:
+        spans.setdefault(name, time.time() - t0)
+
+    def wrap(owner: Any, name: str, label: str, before: bool = True) -> None:
+        original = getattr(owner, name)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if before:
+                mark(f"{label}: start")
+            out = original(*args, **kwargs)
+            mark(f"{label}: end")
+            return out
+
+        setattr(owner, name, wrapped)
+
+    from fedclock.actors import ray_start
+
+    wrap(ray_start, "start_ray", "ray.init")
+    starter = None
+    if early:
+        from fedclock.scenarios.entry import ray_address
+
+        on_ray, address = ray_address(argv)
+        starter = ray_start.RayStart(address) if on_ray else None
+    import torch  # noqa: F401
+
+    mark("driver: torch imported")
+    import fedclock.scenarios.cli as cli
+    from fedclock.actors import runtime
+    from fedclock.actors.calls import ActorCalls
+    from fedclock.scenarios import experiment
+
+    mark("driver: fedclock imported")
+    if hasattr(runtime, "start_ray"):  # the code before RayStart imported it by name
+        wrap(runtime, "start_ray", "ray.init")
+    wrap(runtime.Runtime, "_executors", "executor actors created")
+    wrap(runtime.Runtime, "_server_actor", "server actor created")
+    wrap(runtime.Runtime, "session", "Runtime.session (actors set up)")
+    wrap(experiment, "build_federation", "data loaded")
+    wrap(ActorCalls, "train", "first task sent", before=False)
+    wrap(ActorCalls, "train_group", "first task sent", before=False)
+    close = runtime.Runtime.close
+
+    def closing(self: Any) -> None:
+        mark("run done, closing")
+        if self.backend == "ray" and self._pool:
+            spans["actor processes created"] = sorted(_actor_times(a, t0) for a in self._pool + [self._server])
+        close(self)
+
+    runtime.Runtime.close = closing  # type: ignore[method-assign]
+    try:
+        code = cli.main(argv, ray_start=starter) if early else cli.main(argv)
+    finally:
+        if starter is not None:
+            starter.close()
+    mark("Ray shut down")
+    spans_path.write_text(json.dumps(spans, indent=1), encoding="utf-8")
+    raise SystemExit(code)
+
+
+def _actor_times(actor: Any, t0: float) -> float:
+    """When an actor's process was created (seconds since ``t0``)."""
+    import ray
+
+    def created(instance: Any) -> float:
+        import psutil
+
+        return float(psutil.Process().create_time())
+
+    return float(ray.get(actor.__ray_call__.remote(created))) - t0
+
+
+def command(python: str, module: str, path: Path, backend: str, out: str) -> list[str]:
+    """``fedclock run PATH`` of one side, as ``python -m module``."""
+    return [python, "-m", module, "run", str(path), "--quiet", "--backend", backend, "--out", out]
+
+
+def sides(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """Each side's interpreter and module: this checkout's console script (``entry``) on both
+    backends, and with ``--before-python`` the code before this change (its ``cli``)."""
+    out = {"inline": (sys.executable, ENTRY), "ray": (sys.executable, ENTRY)}
+    if args.before_python:
+        out["ray, before"] = (args.before_python, "fedclock.scenarios.cli")
+    return out
+
+
+def spans_run(args: argparse.Namespace, python: str, early: bool) -> dict[str, Any]:
+    """One cold Ray run with the timestamps (see the module's docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = one_round_file(Path(tmp))
+        out = Path(tmp) / "spans.json"
+        env = dict(os.environ)
+        if args.importtime:
+            env["PYTHONPROFILEIMPORTTIME"] = "1"
+        env[T0_VARIABLE] = repr(time.time())
+        start = time.perf_counter()
+        done = subprocess.run([python, __file__, "--child", str(out), "early" if early else "late",
+                               "run", str(path), "--quiet", "--backend", "ray", "--out", str(Path(tmp) / "res")],
+                              env=env, stderr=subprocess.PIPE, text=True, check=False)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-3000:])
+        spans = json.loads(out.read_text(encoding="utf-8"))
+        spans["process exit"] = wall
+        if args.importtime:
+            spans["executor's slowest imports"] = _slowest_imports(args.top)
+    return spans
+
+
+def _slowest_imports(top: int) -> list[tuple[str, float]]:
+    """The slowest top-level imports (cumulative seconds) of the last Ray session's first
+    executor (its worker's log file)."""
+    logs = Path(tempfile.gettempdir()) / "ray" / "session_latest" / "logs"
+    best: list[tuple[str, float]] = []
+    for err in sorted(logs.glob("worker-*.err")):
+        rows = re.findall(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", err.read_text(errors="replace"))
+        tops = [(name, int(cum) / 1e6) for _, cum, indent, name in rows if len(indent) <= 1]
+        if sum(c for _, c in tops) > sum(c for _, c in best):
+            best = tops
+    return sorted(best, key=lambda r: -r[1])[:top]
+
+
+def interleaved(args: argparse.Namespace) -> dict[str, Any]:
+    """Cold whole processes, the sides alternately, ``--repeats`` each; with ``--spans`` a
+    timeline of each Ray side per repeat as well."""
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in sides(args)}
+    timelines: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args) if name != "inline"}
+    with tempfile.TemporaryDirectory() as folder:
+        path = one_round_file(Path(folder))
+        for _ in range(args.repeats):
+            for name, (python, module) in sides(args).items():
+                backend = "inline" if name == "inline" else "ray"
+                with tempfile.TemporaryDirectory() as tmp:
+                    samples[name].append(timed(command(python, module, path, backend, tmp)))
+                if args.spans and name in timelines:
+                    timelines[name].append(spans_run(args, python, early=module == ENTRY))
+    figures: dict[str, Any] = {
+        "samples": samples,
+        "median_wall_s": {b: statistics.median(s["wall_s"] for s in v) for b, v in samples.items()},
+        "median_cpu_s": {b: statistics.median(s["cpu_s"] for s in v) for b, v in samples.items()}}
+    if args.spans:
+        figures["timelines"] = timelines
+        figures["median_first_task_s"] = {b: statistics.median(t["first task sent: end"] for t in v)
+                                          for b, v in timelines.items()}
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        child(argv[3:], Path(argv[1]), argv[2] == "early")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--spans", action="store_true", help="also one instrumented Ray run's timeline per repeat")
+    parser.add_argument("--before-python", default=None,
+                        help="an interpreter that imports the code to compare with (run as fedclock.scenarios.cli)")
+    parser.add_argument("--importtime", action="store_true", help="with --spans: the executor's slowest imports")
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    load = os.getloadavg()
+    figures = interleaved(args)
+    figures["load_average"] = {"before": load, "after": os.getloadavg()}
+    text = json.dumps(figures, indent=1)
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
+    sys.stdout.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The ``fedclock`` console script: starts Ray before the command imports PyTorch.
+
+Importing the command (:mod:`fedclock.scenarios.cli`: PyTorch, pydantic, the algorithms)
+takes 1.5 s of a cold run on 2 cores, and Ray's start takes about as long, most of it
+waiting for Ray's own processes (``benchmarks/RESULTS.md``, "Ray start-up"). So when the
+command line certainly asks for a run on the Ray backend, this module starts Ray in the
+background first (:class:`~fedclock.actors.ray_start.RayStart`, which imports neither), and
+the run's runtime adopts it. "Certainly" is read from the command line and the file's YAML
+alone (:func:`ray_address`); where that is unsure (``--resume``, ``--jobs``, a file this
+cannot read), Ray starts as before, once the file is loaded. A start that the run does not
+use is shut down, so a wrong guess costs time, never a result.
+
+``python -m fedclock.scenarios.cli`` runs the same command without the early start.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from fedclock.actors.ray_start import RayStart
+
+
+class _Unsure(Exception):
+    """The command line does not say for sure that it runs on Ray."""
+
+
+def ray_address(argv: Sequence[str]) -> tuple[bool, str | None]:
+    """Whether ``fedclock ARGV`` is certainly one ``run`` of a file on the Ray backend
+    (not ``--resume``, ``--jobs``, ``--unfinished`` or ``--help``), and the cluster address it
+    names (None: a local Ray). Read from ``--backend``, ``--address``, ``--set
+    runtime.backend=...``/``runtime.address=...`` and the file's ``runtime`` sections (its
+    top level and each of its ``runs``); a file that is not a readable YAML path is unsure."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("command")
+    parser.add_argument("file", nargs="?")
+    parser.add_argument("--backend")
+    parser.add_argument("--address")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--resume")
+    parser.add_argument("--jobs")
+    parser.add_argument("--unfinished", action="store_true")
+    parser.add_argument("-h", "--help", action="store_true")
+    try:
+        args, _ = parser.parse_known_args(list(argv))
+        if args.command != "run" or args.file is None or args.resume or args.jobs not in (None, "1") \
+                or args.unfinished or args.help:
+            raise _Unsure
+        return _from_file(_scenario_path(args.file), args.backend, args.address, args.overrides)
+    except (_Unsure, SystemExit, OSError, ValueError, yaml.YAMLError):
+        return False, None
+
+
+def _scenario_path(arg: str) -> Path:
+    """The file ``fedclock run ARG`` reads: a path, or a shipped scenario by name (as
+    :func:`fedclock.scenarios.api.resolve_path` finds it)."""
+    shipped = Path(__file__).parent
+    for candidate in (Path(arg), shipped / arg, shipped / f"{arg}.yaml", shipped / "library" / f"{arg}.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise _Unsure
+
+
+def _from_file(path: Path, backend: str | None, address: str | None, overrides: list[str]) -> tuple[bool, str | None]:
+    """The backend and address of every run of the YAML file at ``path`` (see :func:`ray_address`)."""
+    settings: dict[str, Any] = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.strip() in ("runtime.backend", "runtime.address"):
+            settings[key.strip().split(".")[1]] = yaml.safe_load(value)
+        elif key.strip().startswith(("runs", "runtime")):  # another runtime key, or a run's: not read here
+            raise _Unsure
+    if address is not None:
+        settings["address"] = address
+    if backend is not None:
+        settings["backend"] = backend
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise _Unsure
+    runs = data.get("runs") or [{}]
+    if not isinstance(runs, list):
+        raise _Unsure
+    seen = set()
+    for run in runs:
+        sections = [s.get("runtime") or {} for s in (data, run) if isinstance(s, dict)]
+        if not all(isinstance(s, dict) for s in sections):
+            raise _Unsure
+        merged = {k: v for s in sections for k, v in s.items()} | settings
+        seen.add((merged.get("backend", "ray"), merged.get("address")))
+    if len(seen) != 1:
+        raise _Unsure
+    (found_backend, found_address), = seen
+    if found_backend != "ray" or not (found_address is None or isinstance(found_address, str)):
+        raise _Unsure
+    return True, found_address
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script (see the module's docstring)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    on_ray, address = ray_address(args)
+    ray_start = RayStart(address) if on_ray else None
+    try:
+        from fedclock.scenarios import cli
+
+        return cli.main(args, ray_start=ray_start)
+    finally:
+        if ray_start is not None:
+            ray_start.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
