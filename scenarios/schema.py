@@ -142,13 +142,17 @@ class NaturalPartition(StrictModel):
     """Use the dataset's own per-client split (Synthetic(alpha, beta), or every user of a
     client-file format: LEAF, TFF HDF5, FedScale CSV). For client files, ``min_samples`` keeps
     the users with at least that many samples (train + test, LEAF's ``-k``) and
-    ``sample_clients`` keeps that many of them drawn at random from the scenario seed."""
+    ``sample_clients`` keeps that many of them drawn at random from the scenario seed;
+    ``max_train_samples`` keeps each user's first that many training samples in file order
+    (the FedOpt paper's per-user cap, :mod:`fedclock.scenarios.client_files`)."""
 
     type: Literal["natural"]
     min_samples: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="client files only: keep users with at least this many samples (train + test)")
     sample_clients: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="client files only: keep this many users, drawn reproducibly from the seed")
+    max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="client files only: keep each user's first this many training samples")
 
 
 PartitionConfig = Annotated[
@@ -254,6 +258,8 @@ class DatasetConfig(StrictModel):
             if natural is not None and (natural.min_samples is not None or natural.sample_clients is not None):
                 raise ValueError("partition.min_samples: min_samples and sample_clients apply to client files "
                                  "(dataset.format); remove them")
+            if natural is not None and natural.max_train_samples is not None:
+                raise ValueError("partition.max_train_samples: applies to client files (dataset.format); remove it")
             return self
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
