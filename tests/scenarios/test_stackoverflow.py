@@ -159,6 +159,10 @@ def test_algorithms_and_partitions_that_need_one_label_per_sample_are_refused(
     _files(root)
     err = _run(tmp_path, {"root": str(root)}, capsys, algorithm={"name": "fedpac"})
     assert "algorithm.name: fedpac does not train on per-token targets" in err and "fedavg" in err
+    assert "class's centroid" in err and "fedbabu" in err  # why, and the personalized ones that do
+    (tmp_path / "ssl").mkdir()
+    err = _run(tmp_path / "ssl", {"root": str(root)}, capsys, algorithm={"name": "fedper", "objective": "simclr"})
+    assert "algorithm.objective: simclr" in err and "allowed: supervised" in err
     scenario = {"root": str(root), "partition": {"type": "dirichlet", "alpha": 0.5}}
     cfg = DatasetConfig(name="stackoverflow", format="tff_h5", **scenario)
     with pytest.raises(Exception, match="dirichlet splits by class.*allowed: natural, iid"):
