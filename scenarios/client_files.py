@@ -16,7 +16,7 @@ into one :class:`~fedclock.scenarios.datasets.Dataset`:
   test, LEAF's ``-k``), then ``sample_clients`` keeps that many users drawn without
   replacement from a generator seeded by (scenario seed, a fixed stream), in file order;
   ``population.num_clients`` must equal the number of users left (the error says it);
-  ``max_train_samples`` keeps each user's first that many training samples, in file order,
+  ``max_train_per_client`` keeps each user's first that many training samples, in file order,
   before those filters (its test samples are all kept). That is the per-user cap of Reddi et
   al., "Adaptive Federated Optimization", ICLR 2021, App. C (Stack Overflow: at most 1000
   training sentences per client); **which** 1000 the paper does not say, and the authors'
@@ -91,7 +91,7 @@ def _read(cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Datase
         if natural is not None:
             part = natural
             users, classes = read_tff_h5(cfg.name, root, lambda train, test: _chosen(train, test, part, seed, root),
-                                         natural.max_train_samples)
+                                         natural.max_train_per_client)
             return natural_dataset(cfg, users, classes, seed, num_clients, root, selected=True)
         users, classes = read_tff_h5(cfg.name, root)
     elif cfg.format == "fedscale_csv":
@@ -108,7 +108,7 @@ def natural_dataset(cfg: DatasetConfig, users: list[UserData], num_classes: int,
     client's train and test samples."""
     natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
     if natural is not None and not selected:
-        cap = natural.max_train_samples
+        cap = natural.max_train_per_client
         users = [UserData(u.user, u.x_train[:cap], u.y_train[:cap], u.x_test, u.y_test) for u in users]
         keep = _chosen(np.array([len(u.y_train) for u in users], dtype=np.int64),
                        np.array([len(u.y_test) for u in users], dtype=np.int64), natural, seed, root)

@@ -139,12 +139,13 @@ def data_root(cfg: DatasetConfig) -> Path:
     return Path.home() / ".fedclock" / "data"
 
 
-def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Path | None = None) -> Dataset:
     """Load ``cfg.name`` into memory, deterministically from ``seed``. ``num_clients`` is
-    only used by datasets with their own client split (synthetic). Raises
+    only used by datasets with their own client split (synthetic); ``plugin_dir`` (the
+    scenario file's folder) is where a user's loader is looked for first. Raises
     :class:`DatasetError` for missing or broken files."""
     if cfg.name not in DATASET_NAMES:
-        return _user_dataset(cfg, seed, num_clients)
+        return _user_dataset(cfg, seed, num_clients, plugin_dir)
     if cfg.name == "synthetic":
         return _synthetic(cfg, seed, num_clients)
     if cfg.name == "digits":
@@ -191,14 +192,14 @@ def check_loader(name: str, loader: Any) -> None:
                           f"none, or only {' and '.join(LOADER_ARGUMENTS)}")
 
 
-def _user_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+def _user_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Path | None) -> Dataset:
     """A user's dataset (``dataset.name: module:attribute`` or an entry point): the loader
     returns a mapping with ``x_train``, ``y_train``, ``x_test``, ``y_test`` (NumPy arrays or
     tensors; labels are class indices 0..C-1) and optionally ``client_ids`` (one client id
     0..K-1 per training sample, for ``partition: {type: natural}``) and ``num_classes``
     (default: the largest label + 1). Inputs are used as given (no scaling);
     ``max_train_samples`` keeps a seeded random subset of the training pool."""
-    loader = find("dataset", cfg.name, builtin=DATASET_NAMES).obj
+    loader = find("dataset", cfg.name, plugin_dir, DATASET_NAMES).obj
     accepted = _accepted_arguments(loader)
     given = {"seed": seed, "num_clients": num_clients}
     raw = loader(**{k: v for k, v in given.items() if k in accepted})

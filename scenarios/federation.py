@@ -15,6 +15,8 @@ seed only.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -31,8 +33,9 @@ _STREAM_PARTITION = 0x50415201
 _STREAM_CLIENT_SPLIT = 0x53504C01
 
 
-def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federation:
-    """Load ``cfg``'s dataset and split it among ``num_clients`` clients.
+def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir: Path | None = None) -> Federation:
+    """Load ``cfg``'s dataset and split it among ``num_clients`` clients (a user's dataset
+    loader is looked for in ``plugin_dir`` first, the scenario file's folder).
 
     Raises :class:`DatasetError` (one line naming the scenario field) when files are
     missing or broken, when the partition cannot be drawn, or when a client would be left
@@ -45,7 +48,8 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         from fedclock.scenarios.domains import build_domain_federation
 
         return build_domain_federation(cfg, num_clients, seed)
-    ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else load_dataset(cfg, seed, num_clients)
+    ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else \
+        load_dataset(cfg, seed, num_clients, plugin_dir)
     if ds.natural_tests is not None and ds.natural_clients is not None:
         return _with_own_tests(ds)
     if isinstance(cfg.partition, NaturalPartition):

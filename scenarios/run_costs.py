@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import torch
 
 from fedclock.algorithms.base import Algorithm
-from fedclock.algorithms.server_cost import ServerCost
+from fedclock.algorithms.server_cost import ArrivalInfo, ServerCost, ServerSteps, UploadKind
 from fedclock.algorithms.task_cost import TaskCost
+from fedclock.scheduling.task import Task
 
 
 def cost_key(algorithm: Algorithm, input_dtype: torch.dtype) -> tuple[object, ...]:
@@ -44,8 +45,34 @@ class CountedCosts:
         return self.tasks[key]
 
     def server(self, algorithm: Algorithm, input_dtype: torch.dtype) -> ServerCost:
-        """The counted FLOPs of ``algorithm``'s server step, by number of arrivals."""
+        """The counted FLOPs of ``algorithm``'s server steps, by (step kind, number of arrivals)."""
         key = cost_key(algorithm, input_dtype)
         if key not in self.servers:
             self.servers[key] = ServerCost(algorithm, input_dtype)
         return self.servers[key]
+
+
+@dataclass
+class FollowedServer:
+    """One run's server followed on meta tensors (:class:`~fedclock.algorithms.server_cost.ServerSteps`,
+    started when first asked, so a run whose server takes no time follows nothing): what each
+    task uploads, told at its dispatch (:meth:`upload_kind`, the clock's ``upload_kind``), and
+    the FLOPs of each server step in the order the clock charges them (:meth:`flops`)."""
+
+    cost: ServerCost
+    _followed: ServerSteps | None = None
+
+    def _steps(self) -> ServerSteps:
+        if self._followed is None:
+            self._followed = self.cost.follow()
+        return self._followed
+
+    def upload_kind(self, client: int, server_steps: int) -> UploadKind:
+        """What a task dispatched now to ``client`` uploads, after ``server_steps`` server steps."""
+        return self._steps().upload_kind(client, server_steps)
+
+    def flops(self, tasks: list[Task]) -> int:
+        """FLOPs of the server step folding these arrivals into the followed state."""
+        return self._steps().step([ArrivalInfo(client=t.client, num_samples=t.num_samples, version_dispatched=t.version,
+                                               staleness=int(t.staleness or 0), steps=t.steps,
+                                               upload=t.upload_kind) for t in tasks])

@@ -9,9 +9,9 @@ that algorithm's own typed ``Params`` model by the loader.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationInfo, model_validator
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
 # them into the file format and re-exports them under their old names here.
@@ -30,6 +30,9 @@ from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceD
                                                LogNormalDist, LogUniformDist, UniformDist)
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRange, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
+from fedclock.scenarios.partition_config import (ClassSamplingPartition, DirichletByClassPartition,
+                                                 DirichletPartition, IIDPartition, NaturalPartition, PartitionConfig,
+                                                 PathologicalPartition, ShardsPartition)
 from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
@@ -78,89 +81,6 @@ MAX_SYNTHETIC_VALUES = 200_000_000
 
 
 # --------------------------------------------------------------------------- data
-class IIDPartition(StrictModel):
-    """Samples shuffled and split evenly."""
-
-    type: Literal["iid"] = "iid"
-
-
-class DirichletPartition(StrictModel):
-    """Hsu, Qi, Brown 2019 (arXiv:1909.06335), Sec. 3: every client draws class proportions
-    q ~ Dir(alpha * p), p the class prior of the pool, and all clients hold the same number
-    of samples (see :mod:`fedclock.scenarios.partitions`). ``concentration: per_class`` draws
-    q ~ Dir(alpha, ..., alpha) instead (alpha per class, as most FL code bases read
-    "Dirichlet(alpha)"): K times milder than the total reading at the same alpha."""
-
-    type: Literal["dirichlet"]
-    alpha: PositiveFloat = 0.5
-    concentration: Literal["total", "per_class"] = "total"
-
-
-class DirichletByClassPartition(StrictModel):
-    """Every class is split across clients by shares drawn from Dir(alpha) over clients;
-    client sizes vary with alpha (redrawn until every client holds ``min_samples``)."""
-
-    type: Literal["dirichlet_by_class"]
-    alpha: PositiveFloat = 0.5
-    min_samples: Annotated[int, Field(ge=1)] = 4
-
-
-class ShardsPartition(StrictModel):
-    """McMahan et al. 2017, Sec. 3: sort by label, cut into num_clients x
-    ``shards_per_client`` equal shards, give every client ``shards_per_client`` shards at
-    random."""
-
-    type: Literal["shards"]
-    shards_per_client: Annotated[int, Field(ge=1)] = 2
-
-
-class PathologicalPartition(StrictModel):
-    """Each client holds exactly ``classes_per_client`` classes, dealt round-robin from one
-    random class order (so 50 clients x 2 of 10 classes fall into only 5 distinct label
-    sets; ``label_sets: sliding`` gives client c the classes c..c+k-1 instead, FedReCo's
-    code's rule); each class's samples are split evenly among its holders. McMahan et al.'s
-    scheme is ``shards``."""
-
-    type: Literal["pathological"]
-    classes_per_client: Annotated[int, Field(ge=1)]
-    label_sets: Literal["blocks", "sliding"] = Field(
-        default="blocks", description="blocks: client c holds classes c*k..c*k+k-1 of the random class order "
-        "(mod the number of classes); sliding: classes c..c+k-1 (as in FedReCo's code: as many label sets as classes)")
-
-
-class ClassSamplingPartition(StrictModel):
-    """SPFL/PLGA paper, App. B: every class is cut into num_clients equal parts; each client
-    draws ``classes_per_client`` classes (independently: non-IID; with ``shared: true`` one
-    draw for all: the paper's IID variant) and takes its own part of each."""
-
-    type: Literal["class_sampling"]
-    classes_per_client: Annotated[int, Field(ge=1)]
-    shared: bool = False
-
-
-class NaturalPartition(StrictModel):
-    """Use the dataset's own per-client split (Synthetic(alpha, beta), or every user of a
-    client-file format: LEAF, TFF HDF5, FedScale CSV). For client files, ``min_samples`` keeps
-    the users with at least that many samples (train + test, LEAF's ``-k``) and
-    ``sample_clients`` keeps that many of them drawn at random from the scenario seed;
-    ``max_train_samples`` keeps each user's first that many training samples in file order
-    (the FedOpt paper's per-user cap, :mod:`fedclock.scenarios.client_files`)."""
-
-    type: Literal["natural"]
-    min_samples: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="client files only: keep users with at least this many samples (train + test)")
-    sample_clients: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="client files only: keep this many users, drawn reproducibly from the seed")
-    max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="client files only: keep each user's first this many training samples")
-
-
-PartitionConfig = Annotated[
-    Union[IIDPartition, DirichletPartition, DirichletByClassPartition, ShardsPartition, PathologicalPartition,
-          ClassSamplingPartition, NaturalPartition],
-    Field(discriminator="type"),
-]
-
 POOLABLE: tuple[str, ...] = ("mnist", "fashion_mnist", "emnist", "cifar10", "cifar100", "tinyimagenet")
 """Datasets with an official train/test split, which ``dataset.pool: all`` pools."""
 MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home", "adaptiope")
@@ -258,8 +178,8 @@ class DatasetConfig(StrictModel):
             if natural is not None and (natural.min_samples is not None or natural.sample_clients is not None):
                 raise ValueError("partition.min_samples: min_samples and sample_clients apply to client files "
                                  "(dataset.format); remove them")
-            if natural is not None and natural.max_train_samples is not None:
-                raise ValueError("partition.max_train_samples: applies to client files (dataset.format); remove it")
+            if natural is not None and natural.max_train_per_client is not None:
+                raise ValueError("partition.max_train_per_client: applies to client files (dataset.format); remove it")
             return self
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
@@ -441,6 +361,20 @@ class Scenario(StrictModel):
         "`fedclock list scenarios`)")
     server: ServerDevice = Field(default_factory=ServerDevice, description="the server's device: compute_gflops "
                                  "charges each server step its counted FLOPs (unset: no time)")
+    _plugin_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def plugin_dir(self) -> Path | None:
+        """The folder of the scenario file (None: none), where its ``module:attribute`` plugins
+        are looked for first (:mod:`fedclock.scenarios.plugins`); every lookup of a run passes
+        it, so a module of the same name beside another scenario is never taken instead."""
+        return self._plugin_dir
+
+    @model_validator(mode="after")
+    def _remember_plugin_dir(self, info: ValidationInfo) -> "Scenario":
+        base = (info.context or {}).get("base_dir")
+        self._plugin_dir = None if base is None else Path(base)
+        return self
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":

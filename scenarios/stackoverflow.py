@@ -32,7 +32,7 @@ published train split (342,477 users, 135.8 million sentences) takes about 33 GB
 fedclock holds it (20 float32 inputs and 20 int64 targets per sentence); with a natural
 partition the users are chosen from their sentence counts before any sentence is read
 (:mod:`fedclock.scenarios.client_files`), so ``partition.sample_clients`` costs only the
-users it keeps, and ``partition.max_train_samples: 1000`` is the FedOpt paper's per-user cap.
+users it keeps, and ``partition.max_train_per_client: 1000`` is the FedOpt paper's per-user cap.
 """
 from __future__ import annotations
 

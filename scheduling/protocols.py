@@ -43,7 +43,7 @@ class ProtocolClock(Protocol):
     draining: dict[int, Task]
     drop_after: float | None
     cohort_quota: int | None
-    server_seconds: Callable[[int], float] | None
+    server_seconds: Callable[[list[Task]], float] | None
 
     def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None, start: bool = True) -> Task: ...
 
@@ -61,6 +61,10 @@ class ProtocolClock(Protocol):
 
     def finish(self, reason: str) -> None: ...
 
+    def check_stop(self) -> bool: ...
+
+    def free(self, task: Task) -> None: ...
+
     def sample_cohort(self) -> list[int]: ...
 
     def pick_idle(self) -> int | None: ...
@@ -68,9 +72,11 @@ class ProtocolClock(Protocol):
     def set_refill(self, refill: Callable[[], None]) -> None: ...
 
 
-def server_step(clock: ProtocolClock, arrivals: int) -> Generator[simpy.Event, Any, None]:
-    """The server's step on ``arrivals`` results takes its virtual time before the new
-    version is published (``server.compute_gflops``, :mod:`fedclock.scheduling.server_device`);
+def server_step(clock: ProtocolClock, arrivals: list[Task]) -> Generator[simpy.Event, Any, None]:
+    """The server's step on ``arrivals`` (in the order it gets them, right before
+    :meth:`~ProtocolClock.aggregate` hands them over) takes its virtual time before the new
+    version is published (``server.compute_gflops``, :mod:`fedclock.scheduling.server_device`):
+    the seconds of *this* step, from the state the server is in (FedBuff's append or flush);
     nothing is waited without that setting or without arrivals."""
     if clock.server_seconds is not None and arrivals:
         yield clock.env.timeout(clock.server_seconds(arrivals))
@@ -98,7 +104,7 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
             if task.gives_up_at is not None:
                 clock.give_up(task)
             else:
-                clock.busy.pop(task.client, None)
+                clock.free(task)
                 if task.late:  # its round closed before: the round closing next takes it, or nobody
                     if _sync_mode(clock).late_results == "include":
                         late_inbox.append(task)
@@ -129,20 +135,18 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
         punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= now and t.status != CANCELLED]
         for t in punctual:
             t.staleness = 0
-            clock.busy.pop(t.client, None)
+            clock.free(t)
         for t in tasks:
             t.late = t.finishes_at > now
         late = sorted(late_inbox, key=lambda t: (t.finishes_at, t.client))
         late_inbox.clear()
         for t in late:
             t.staleness = clock.version - t.version
-        yield from server_step(clock, len(punctual) + len(late))
-        clock.aggregate(punctual + late)
+        arrived = punctual + late
+        yield from server_step(clock, arrived)
+        clock.aggregate(arrived)
         clock.round += 1
-        if clock.stop.rounds is not None and clock.round >= clock.stop.rounds:
-            clock.finish("rounds")
-        elif clock.stop.versions is not None and clock.version >= clock.stop.versions:
-            clock.finish("versions")
+        clock.check_stop()
 
 
 def first_arrivals(tasks: list[Task], quota: int, deadline_at: float | None) -> list[Task]:
@@ -220,12 +224,11 @@ class AsyncSlots:
             task = arrivals.take()
             if task is None:
                 task = yield from arrivals.wait()
-            clock.busy.pop(task.client, None)
+            clock.free(task)
             task.staleness = clock.version - task.version
-            yield from server_step(clock, 1)
+            yield from server_step(clock, [task])
             clock.aggregate([task])
-            if clock.stop.versions is not None and clock.version >= clock.stop.versions:
-                clock.finish("versions")
+            if clock.check_stop():
                 return
             self.fill_slots()
 
@@ -300,7 +303,7 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
             clock.give_up(task)
         else:
             if not late.get(task.client, 0):
-                clock.busy.pop(task.client, None)
+                clock.free(task)
             inbox.append(task)
 
     _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
@@ -316,19 +319,17 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
         if late:
             ready, held = split_due(inbox, clock.round, late)
             for task in ready:  # a scripted-late client was busy until now
-                if clock.busy.get(task.client) is task:
-                    clock.busy.pop(task.client, None)
+                clock.free(task)
             inbox = held
         else:
             inbox = []
         due = sorted(ready, key=lambda t: (t.finishes_at, t.client, t.index))
         for task in due:
             task.staleness = clock.version - task.version
-        yield from server_step(clock, len(due))
+        yield from server_step(clock, due)
         clock.aggregate(due)
         clock.round += 1
-        if clock.stop.versions is not None and clock.version >= clock.stop.versions:
-            clock.finish("versions")
+        if clock.check_stop():
             return
         _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
 

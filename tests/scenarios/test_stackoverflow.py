@@ -112,12 +112,12 @@ def test_sampling_reads_the_same_users_and_numbers_as_reading_every_user(tmp_pat
         read_tff_h5("stackoverflow", tmp_path)
 
 
-def test_max_train_samples_keeps_each_users_first_sentences(tmp_path: Path) -> None:
-    """The FedOpt cap (``partition.max_train_samples``): a user's first sentences in file order,
+def test_max_train_per_client_keeps_each_users_first_sentences(tmp_path: Path) -> None:
+    """The FedOpt cap (``partition.max_train_per_client``): a user's first sentences in file order,
     its test sentences all kept; LEAF-like readers (users read whole) cut the same way."""
     _files(tmp_path)
     cfg = DatasetConfig(name="stackoverflow", format="tff_h5", root=tmp_path,
-                        partition={"type": "natural", "max_train_samples": 2})
+                        partition={"type": "natural", "max_train_per_client": 2})
     fed = build_federation(cfg, 3, seed=0)
     assert fed.client_sizes().tolist() == [2, 1, 2] and [len(t) for t in fed.client_test] == [1, 0, 0]
     assert fed.client_data(2).y_train[:, 0].tolist() == [1, 1]  # "i", "i do": the first two of three
@@ -126,8 +126,8 @@ def test_max_train_samples_keeps_each_users_first_sentences(tmp_path: Path) -> N
     lazy = load_client_files(cfg, seed=0, num_clients=3)
     assert whole.y_train.shape == lazy.y_train.shape == (5, SEQUENCE_LENGTH)
     assert bool((whole.y_train == lazy.y_train).all()) and bool((whole.y_test == lazy.y_test).all())
-    with pytest.raises(ValueError, match="partition.max_train_samples: applies to client files"):
-        DatasetConfig(name="mnist", partition={"type": "natural", "max_train_samples": 2})
+    with pytest.raises(ValueError, match="partition.max_train_per_client: applies to client files"):
+        DatasetConfig(name="mnist", partition={"type": "natural", "max_train_per_client": 2})
 
 
 @pytest.mark.parametrize("how", ["not_h5", "no_counts", "bad_counts", "no_tokens", "number_tokens"])
