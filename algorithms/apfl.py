@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Callable, ClassVar
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 from torch.func import functional_call
@@ -12,6 +11,7 @@ from torch.func import functional_call
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.targets import target_cross_entropy
 from fedclock.algorithms.training import BatchLoss, local_sgd
 
 
@@ -42,7 +42,7 @@ def _apfl_loss(pair: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tenso
     a = pair.alpha[0]
     w_params = dict(pair.w.named_parameters())
     mixed = {k: a * v + (1 - a) * w_params[k].detach() for k, v in pair.v.named_parameters()}
-    return F.cross_entropy(pair.w(x), y) + F.cross_entropy(functional_call(pair.w, mixed, (x,)), y)
+    return target_cross_entropy(pair.w(x), y) + target_cross_entropy(functional_call(pair.w, mixed, (x,)), y)
 
 
 class _Apply(nn.Module):
@@ -101,6 +101,7 @@ class APFL(FedAvg):
     """
 
     name: ClassVar[str] = "apfl"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "FedAvg plus a local model mixed with the global one by an adaptive alpha"
     paper: ClassVar[str] = "Deng et al., Adaptive Personalized Federated Learning, arXiv 2020"

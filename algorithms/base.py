@@ -274,6 +274,9 @@ class Algorithm(ABC, Generic[P]):
     :mod:`fedclock.algorithms.targets`); the experiment builder refuses per-token data for
     the others (per-class statistics, body/head objectives on sample features). Not
     inherited, like ``vectorizable``."""
+    per_token_refusal: ClassVar[str] = ""
+    """Why the class cannot take per-token targets, said in the builder's refusal (empty:
+    not said); set by the classes that need one label per sample by their method."""
     moves_global_model: ClassVar[bool] = True
     """True when ``server_receive`` moves a global model (``state.tensors["weights"]``) by
     aggregating the clients' work, so a server optimizer

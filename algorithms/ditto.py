@@ -47,6 +47,7 @@ class Ditto(FedAvg):
     """
 
     name: ClassVar[str] = "ditto"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     partial_work: ClassVar[bool] = False  # global steps then personal steps
     summary: ClassVar[str] = "FedAvg plus a personal model regularized towards the global model"

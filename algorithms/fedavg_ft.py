@@ -35,6 +35,7 @@ class FedAvgFT(FedAvg):
     """
 
     name: ClassVar[str] = "fedavg_ft"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     summary: ClassVar[str] = "FedAvg, each client fine-tunes the global model before testing"
     paper: ClassVar[str] = ("baseline of Consensus Optimization at Representation (FedReCo); FedAvg: "
                             "McMahan et al., AISTATS 2017")

@@ -38,6 +38,7 @@ class FedBABU(BodyAveraging[FedBABUParams]):
     """
 
     name: ClassVar[str] = "fedbabu"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     summary: ClassVar[str] = "head frozen at random init, body averaged; fine-tuned locally before testing"
     paper: ClassVar[str] = ("Oh et al., FedBABU: Toward Enhanced Representation for Federated Image "
                             "Classification, ICLR 2022")

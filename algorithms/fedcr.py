@@ -152,6 +152,9 @@ class FedCR(Algorithm[FedCRParams]):
     """
 
     name: ClassVar[str] = "fedcr"
+    per_token_refusal: ClassVar[str] = ("its KL term pulls each sample's features to its class's prior, and clients "
+                                        "upload class counts and per-class feature moments (Zhang et al., ICML 2023): "
+                                        "one label per sample")
     summary: ClassVar[str] = "stochastic representation with a per-class global Gaussian prior (CMI regularizer)"
     paper: ClassVar[str] = ("Zhang et al., FedCR: Personalized Federated Learning Based on Across-Client Common "
                             "Representation with Conditional Mutual Information Regularization, ICML 2023")

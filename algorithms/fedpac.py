@@ -115,6 +115,9 @@ class FedPAC(Algorithm[FedPACParams]):
     """
 
     name: ClassVar[str] = "fedpac"
+    per_token_refusal: ClassVar[str] = ("its feature alignment pulls each sample to its class's centroid, and its "
+                                        "classifier weights come from class counts and per-class feature means "
+                                        "(Xu et al., ICLR 2023): one label per sample")
     partial_work: ClassVar[bool] = False  # head phase + body phase: a step count does not describe it
     summary: ClassVar[str] = "feature alignment to global class centroids + QP-weighted classifier combination"
     paper: ClassVar[str] = ("Xu, Tong, Huang, Personalized Federated Learning with Feature Alignment and "

@@ -39,6 +39,7 @@ class FedPer(LocalHeadAveraging[FedPerParams]):
     """
 
     name: ClassVar[str] = "fedper"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "body and head trained jointly; body averaged, head stays on the client"
     paper: ClassVar[str] = "Arivazhagan et al., Federated Learning with Personalization Layers, arXiv 2019"

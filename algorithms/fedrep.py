@@ -48,6 +48,7 @@ class FedRep(LocalHeadAveraging[FedRepParams]):
     """
 
     name: ClassVar[str] = "fedrep"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     partial_work: ClassVar[bool] = False  # head epochs then body steps: a step count does not describe them
     summary: ClassVar[str] = "shared body averaged; each client trains its own head, then the body"

@@ -42,6 +42,7 @@ class Local(Algorithm[LocalParams]):
     """
 
     name: ClassVar[str] = "local"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     moves_global_model: ClassVar[bool] = False
     summary: ClassVar[str] = "every client trains alone from the initial model; nothing is averaged"
     paper: ClassVar[str] = ("independent training baseline of the SPFL/PLGA paper (Personalized Heterogeneous "

@@ -7,7 +7,6 @@ from functools import reduce
 from typing import Callable, ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 from torch.func import functional_call
@@ -15,6 +14,7 @@ from torch.func import functional_call
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, EvalResult, Tensors, evaluate_flat
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.spfl import twice_grad_fn
+from fedclock.algorithms.targets import target_cross_entropy
 from fedclock.algorithms.training import batches, delta_result, local_sgd
 
 
@@ -39,14 +39,14 @@ def meta_gradient(model: nn.Module, parts: list[tuple[torch.Tensor, torch.Tensor
     names = [n for n, _ in model.named_parameters()]
     params = [p for _, p in model.named_parameters()]
     (x1, y1), (x2, y2) = parts[0], parts[1]
-    g1 = torch.autograd.grad(F.cross_entropy(model(x1), y1), params)
+    g1 = torch.autograd.grad(target_cross_entropy(model(x1), y1), params)
     tmp = {n: (p - inner_lr * g).detach().requires_grad_(True) for n, p, g in zip(names, params, g1)}
-    loss2 = F.cross_entropy(functional_call(model, tmp, (x2,)), y2)
+    loss2 = target_cross_entropy(functional_call(model, tmp, (x2,)), y2)
     g2 = torch.autograd.grad(loss2, list(tmp.values()))
     if variant == "fo":
         return [g.detach() for g in g2], loss2.detach()
     x3, y3 = parts[2]
-    g3 = torch.autograd.grad(F.cross_entropy(model(x3), y3), params, create_graph=True)
+    g3 = torch.autograd.grad(target_cross_entropy(model(x3), y3), params, create_graph=True)
     inner = reduce(operator.add, [(a * b.detach()).sum() for a, b in zip(g3, g2)])
     hvp = torch.autograd.grad(inner, params)
     return [(b - inner_lr * h).detach() for b, h in zip(g2, hvp)], loss2.detach()
@@ -84,6 +84,7 @@ class PerFedAvg(FedAvg):
     """
 
     name: ClassVar[str] = "perfedavg"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     summary: ClassVar[str] = "Per-FedAvg: MAML-style local steps (first-order or Hessian-free), FedAvg server"
     paper: ClassVar[str] = ("Fallah, Mokhtari, Ozdaglar, Personalized Federated Learning with Theoretical "
                             "Guarantees: A Model-Agnostic Meta-Learning Approach, NeurIPS 2020")
@@ -133,7 +134,7 @@ class PerFedAvg(FedAvg):
         model = self.workspace
         self.model_factory.load_flat(model, weights.to(next(model.parameters()).device))
         params = list(model.parameters())
-        grads = torch.autograd.grad(F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]), params)
+        grads = torch.autograd.grad(target_cross_entropy(model(data.x_train[idx]), data.y_train[idx]), params)
         with torch.no_grad():
             for param, g in zip(params, grads):
                 param.sub_(self.params.inner_lr * g)

@@ -41,6 +41,7 @@ class PFedMe(Algorithm[PFedMeParams]):
     """
 
     name: ClassVar[str] = "pfedme"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     summary: ClassVar[str] = "pFedMe: Moreau-envelope personalized models theta_p, server mixes local w_p"
     paper: ClassVar[str] = "Dinh, Tran, Nguyen, Personalized Federated Learning with Moreau Envelopes, NeurIPS 2020"
     Params: ClassVar[type[AlgorithmParams]] = PFedMeParams

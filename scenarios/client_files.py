@@ -16,6 +16,20 @@ into one :class:`~fedclock.scenarios.datasets.Dataset`:
   test, LEAF's ``-k``), then ``sample_clients`` keeps that many users drawn without
   replacement from a generator seeded by (scenario seed, a fixed stream), in file order;
   ``population.num_clients`` must equal the number of users left (the error says it);
+  ``max_train_per_client`` keeps each user's first that many training samples, in file order,
+  before those filters (its test samples are all kept). That is the per-user cap of Reddi et
+  al., "Adaptive Federated Optimization", ICLR 2021, App. C (Stack Overflow: at most 1000
+  training sentences per client); **which** 1000 the paper does not say, and the authors'
+  public code settles it: github.com/google-research/federated,
+  ``utils/datasets/stackoverflow_word_prediction.py``, ``get_federated_datasets``
+  (``max_elements_per_train_client=1000``, test clients uncapped) takes a client's first
+  examples in file order before shuffling them, as we do;
+* TFF's HDF5 files are read **users first** (:mod:`fedclock.scenarios.tff_h5`): the filters
+  and the sample run on every user's sample counts (read from the files' shapes, the same
+  counts, so the same users as reading everything), and only the chosen users' arrays (and
+  test-only users', which always stay) are read, so a sample of Stack Overflow's 342,477
+  users costs what the sample holds (``benchmarks/RESULTS.md``, "Client files"). LEAF's JSON
+  and FedScale's CSVs are parsed whole and then filtered (a JSON file has no lazy reader);
 * any other partition splits the pooled training samples as for any data set.
 
 Every client shares the pool: a client costs its two index arrays, not a copy of its data,
@@ -73,6 +87,12 @@ def _read(cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Datase
     if cfg.format == "leaf":
         users, classes = read_leaf(cfg.name, root)
     elif cfg.format == "tff_h5":
+        natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
+        if natural is not None:
+            part = natural
+            users, classes = read_tff_h5(cfg.name, root, lambda train, test: _chosen(train, test, part, seed, root),
+                                         natural.max_train_per_client)
+            return natural_dataset(cfg, users, classes, seed, num_clients, root, selected=True)
         users, classes = read_tff_h5(cfg.name, root)
     elif cfg.format == "fedscale_csv":
         users, classes = read_fedscale_csv(cfg.name, root)
@@ -82,16 +102,22 @@ def _read(cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Datase
 
 
 def natural_dataset(cfg: DatasetConfig, users: list[UserData], num_classes: int, seed: int, num_clients: int,
-                    root: Path) -> Dataset:
-    """The users as one dataset (module docstring): filter and sample them for a natural
-    partition, pool their samples, index every client's train and test samples."""
+                    root: Path, selected: bool = False) -> Dataset:
+    """The users as one dataset (module docstring): cap, filter and sample them for a natural
+    partition (unless the reader did, ``selected``), pool their samples, index every
+    client's train and test samples."""
+    natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
+    if natural is not None and not selected:
+        cap = natural.max_train_per_client
+        users = [UserData(u.user, u.x_train[:cap], u.y_train[:cap], u.x_test, u.y_test) for u in users]
+        keep = _chosen(np.array([len(u.y_train) for u in users], dtype=np.int64),
+                       np.array([len(u.y_test) for u in users], dtype=np.int64), natural, seed, root)
+        users = [users[int(k)] for k in keep]
     test_only = [u for u in users if len(u.y_train) == 0]
     clients = [u for u in users if len(u.y_train) > 0]
     if not clients:
         raise DatasetError(f"dataset.root: the files under {root} hold no training samples")
-    natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
     if natural is not None:
-        clients = _select(clients, natural, seed, root)
         if len(clients) != num_clients:
             raise DatasetError(f"population.num_clients: {num_clients} clients, but the files under {root} give "
                                f"{len(clients)} users (after min_samples and sample_clients); set "
@@ -115,18 +141,24 @@ def natural_dataset(cfg: DatasetConfig, users: list[UserData], num_classes: int,
                    train_parts if natural is not None else None, test_parts if natural is not None else None)
 
 
-def _select(users: list[UserData], natural: NaturalPartition, seed: int, root: Path) -> list[UserData]:
-    """LEAF's user filters: at least ``min_samples`` samples, then ``sample_clients`` at random."""
+def _chosen(train: np.ndarray, test: np.ndarray, natural: NaturalPartition, seed: int, root: Path) -> np.ndarray:
+    """Which users stay, given every user's train and test sample counts (in the readers'
+    order): LEAF's filters among the users with training samples, at least ``min_samples``
+    samples, then ``sample_clients`` at random; users without training samples (test-only)
+    always stay. Sorted indices."""
+    candidates = np.flatnonzero(train > 0)
+    if not len(candidates):
+        raise DatasetError(f"dataset.root: the files under {root} hold no training samples")
     if natural.min_samples is not None:
-        users = [u for u in users if u.num_samples >= natural.min_samples]
-        if not users:
+        candidates = candidates[(train + test)[candidates] >= natural.min_samples]
+        if not len(candidates):
             raise DatasetError(f"dataset.partition.min_samples: no user under {root} has {natural.min_samples} "
                                "samples; lower min_samples")
     if natural.sample_clients is not None:
-        if natural.sample_clients > len(users):
-            raise DatasetError(f"dataset.partition.sample_clients: {natural.sample_clients} exceeds the {len(users)} "
-                               f"users under {root} (after min_samples); allowed: 1..{len(users)}")
+        if natural.sample_clients > len(candidates):
+            raise DatasetError(f"dataset.partition.sample_clients: {natural.sample_clients} exceeds the "
+                               f"{len(candidates)} users under {root} (after min_samples); allowed: "
+                               f"1..{len(candidates)}")
         rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_SAMPLE_CLIENTS]))
-        keep = np.sort(rng.choice(len(users), natural.sample_clients, replace=False))
-        users = [users[int(k)] for k in keep]
-    return users
+        candidates = candidates[np.sort(rng.choice(len(candidates), natural.sample_clients, replace=False))]
+    return np.sort(np.concatenate([candidates, np.flatnonzero(train == 0)]))

@@ -85,8 +85,13 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     cls = algorithm_class(scenario.algorithm.name, scenario.plugin_dir)
     if factory.target_shape and not cls.per_token_targets:
         allowed = ", ".join(n for n in algorithm_names() if get_algorithm(n).per_token_targets)
+        why = f": {cls.per_token_refusal}" if cls.per_token_refusal else ""
         raise PluginError(f"algorithm.name: {cls.name} does not train on per-token targets ({federation.dataset_name} "
-                          f"predicts every next word); allowed: {allowed}")
+                          f"predicts every next word{why}); allowed: {allowed}")
+    objective = getattr(scenario.algorithm.params, "objective", "supervised")
+    if factory.target_shape and objective != "supervised":
+        raise PluginError(f"algorithm.objective: {objective} learns from augmented images and reports k-NN accuracy "
+                          f"per sample; {federation.dataset_name} predicts every next word (allowed: supervised)")
     if factory.builder is not None:
         try:
             factory.build()

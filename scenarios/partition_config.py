@@ -127,13 +127,17 @@ class NaturalPartition(PartitionModel):
     """Use the dataset's own per-client split (Synthetic(alpha, beta), or every user of a
     client-file format: LEAF, TFF HDF5, FedScale CSV). For client files, ``min_samples`` keeps
     the users with at least that many samples (train + test, LEAF's ``-k``) and
-    ``sample_clients`` keeps that many of them drawn at random from the scenario seed."""
+    ``sample_clients`` keeps that many of them drawn at random from the scenario seed;
+    ``max_train_per_client`` keeps each user's first that many training samples in file
+    order (the FedOpt paper's per-user cap, :mod:`fedclock.scenarios.client_files`)."""
 
     type: Literal["natural"]
     min_samples: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="client files only: keep users with at least this many samples (train + test)")
     sample_clients: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="client files only: keep this many users, drawn reproducibly from the seed")
+    max_train_per_client: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="client files only: keep each user's first this many training samples")
 
     def owners(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> np.ndarray:
         raise ValueError("dataset.partition: 'natural' uses the dataset's own client split "

@@ -178,6 +178,8 @@ class DatasetConfig(StrictModel):
             if natural is not None and (natural.min_samples is not None or natural.sample_clients is not None):
                 raise ValueError("partition.min_samples: min_samples and sample_clients apply to client files "
                                  "(dataset.format); remove them")
+            if natural is not None and natural.max_train_per_client is not None:
+                raise ValueError("partition.max_train_per_client: applies to client files (dataset.format); remove it")
             return self
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "

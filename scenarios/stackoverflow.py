@@ -29,9 +29,10 @@ Federated Optimization", ICLR 2021, App. C use:
 **Choice:** the vocabulary comes from the word-count file as TFF's loader gives it; a folder
 without it is an error naming the file (fedclock does not count words itself). The whole
 published train split (342,477 users, 135.8 million sentences) takes about 33 GB as
-fedclock holds it (20 float32 inputs and 20 int64 targets per sentence); run it on a subset
-of the users (``partition.sample_clients`` still reads every user first) or on a machine with
-that memory.
+fedclock holds it (20 float32 inputs and 20 int64 targets per sentence); with a natural
+partition the users are chosen from their sentence counts before any sentence is read
+(:mod:`fedclock.scenarios.client_files`), so ``partition.sample_clients`` costs only the
+users it keeps, and ``partition.max_train_per_client: 1000`` is the FedOpt paper's per-user cap.
 """
 from __future__ import annotations
 

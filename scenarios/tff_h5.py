@@ -25,11 +25,17 @@ set's train and test files, as TFF's downloader leaves them:
 
 A file that is not HDF5, lacks ``examples``, or whose clients lack a feature or disagree in
 length is a one-line error naming the file.
+
+With a natural partition the users are chosen before they are read
+(:mod:`fedclock.scenarios.client_files`): a first pass reads every client's number of samples
+(the length of ``tokens`` or ``label``; Shakespeare's windows are cut and counted one role at
+a time), and only the chosen users' features are then read, so only those are checked
+beyond the feature that is counted.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,9 +60,19 @@ class _Bad(Exception):
     """What is wrong with one client (the caller adds the file)."""
 
 
-def read_tff_h5(name: str, root: Path) -> tuple[list[UserData], int]:
-    """Every client of the train file (in the file's order), matched by id with the test
-    file's; test-only clients last. Returns the users and the number of classes."""
+Choose = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""Given every user's train and test sample counts (train-file users in file order, then
+test-only users), the sorted indices of the users to read."""
+
+
+def read_tff_h5(name: str, root: Path, choose: Choose | None = None,
+                max_train: int | None = None) -> tuple[list[UserData], int]:
+    """The clients of the train file (in the file's order), matched by id with the test
+    file's; test-only clients last. With ``choose``, every user's sample counts are read first
+    (the files' shapes; Shakespeare's windows are counted one role at a time) and only the
+    users it picks are read whole, so memory follows the users kept, not the file.
+    ``max_train`` keeps a user's first that many training samples (file order). Returns the
+    users and the number of classes."""
     pairs = TFF_FILES[name]
     found = next(((root / a, root / b) for a, b in pairs if (root / a).is_file()), None)
     if found is None:
@@ -66,7 +82,15 @@ def read_tff_h5(name: str, root: Path) -> tuple[list[UserData], int]:
     if not test_path.is_file():
         raise DatasetError(f"dataset.root: {root} holds {train_path.name} but not {test_path.name}")
     vocab = read_vocabulary(root / WORD_COUNTS) if name == "stackoverflow" else None
-    train, test = _read(name, train_path, vocab), _read(name, test_path, vocab)
+    wanted: tuple[set[str], set[str]] | None = None
+    if choose is not None:
+        train_n, test_n = _scan(name, train_path, max_train), _scan(name, test_path, None)
+        ids = list(train_n) + [cid for cid in test_n if cid not in train_n]
+        keep = {ids[int(k)] for k in choose(np.array([train_n.get(c, 0) for c in ids], dtype=np.int64),
+                                            np.array([test_n.get(c, 0) for c in ids], dtype=np.int64))}
+        wanted = ({c for c in train_n if c in keep}, {c for c in test_n if c in keep})
+    train = _read(name, train_path, vocab, wanted[0] if wanted else None, max_train)
+    test = _read(name, test_path, vocab, wanted[1] if wanted else None, None)
     users = [UserData(cid, x, y, *test.pop(cid, (x[:0], y[:0]))) for cid, (x, y) in train.items()]
     users += [UserData(cid, x[:0], y[:0], x, y) for cid, (x, y) in test.items()]
     if name == "femnist":
@@ -83,53 +107,99 @@ def read_tff_h5(name: str, root: Path) -> tuple[list[UserData], int]:
     return users, len(LEAF_LETTERS)
 
 
-def _read(name: str, path: Path, vocab: dict[str, int] | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _examples(path: Path) -> Any:
+    """The open file and its ``examples`` group (one-line errors naming the file)."""
     import h5py  # imported when used: a second of start-up otherwise
 
     try:
         handle = h5py.File(path, "r")
     except OSError as exc:
         raise DatasetError(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    with handle:
-        examples = handle.get("examples")
-        if not isinstance(examples, h5py.Group):
-            raise DatasetError(f"{path}: no examples group (TFF's layout: examples/<client_id>/<feature>)")
-        for cid in examples:
-            group = examples[cid]
-            try:
-                if not isinstance(group, h5py.Group):
-                    raise _Bad("is not a group of features")
-                out[str(cid)] = _client(name, group, vocab)
-            except _Bad as bad:
-                raise DatasetError(f"{path}: client {str(cid)!r} {bad}") from None
-            except (OSError, ValueError, TypeError) as exc:
-                raise DatasetError(f"{path}: client {str(cid)!r} cannot be read ({type(exc).__name__}: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    examples = handle.get("examples")
+    if not isinstance(examples, h5py.Group):
+        handle.close()
+        raise DatasetError(f"{path}: no examples group (TFF's layout: examples/<client_id>/<feature>)")
+    return handle, examples
+
+
+def _each_client(path: Path, examples: Any, wanted: set[str] | None, read: Callable[[Any], Any]) -> dict[str, Any]:
+    """``read(group)`` of every client (or of the ``wanted`` ones), in file order, a bad
+    client a one-line error naming the file and the client."""
+    import h5py
+
+    out: dict[str, Any] = {}
+    for cid in examples:
+        if wanted is not None and str(cid) not in wanted:
+            continue
+        group = examples[cid]
+        try:
+            if not isinstance(group, h5py.Group):
+                raise _Bad("is not a group of features")
+            out[str(cid)] = read(group)
+        except _Bad as bad:
+            raise DatasetError(f"{path}: client {str(cid)!r} {bad}") from None
+        except (OSError, ValueError, TypeError) as exc:
+            raise DatasetError(f"{path}: client {str(cid)!r} cannot be read ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     return out
 
 
-def _feature(group: Any, key: str) -> np.ndarray:
+_COUNTED = {"stackoverflow": "tokens", "femnist": "label", "cifar100": "label"}
+"""The feature whose length is a client's number of samples (Shakespeare's windows are counted)."""
+
+
+def _scan(name: str, path: Path, limit: int | None) -> dict[str, int]:
+    """Every client's number of samples (at most ``limit``), reading shapes, not arrays,
+    where a sample is one row of a feature."""
+    handle, examples = _examples(path)
+
+    def count(group: Any) -> int:
+        if name == "shakespeare":
+            n = len(_windows(_feature(group, "snippets"))[1])
+        else:
+            key = _COUNTED[name]
+            if key not in group:
+                raise _Bad(f"has no {key!r} dataset (features: {', '.join(sorted(group)) or 'none'})")
+            n = int(group[key].shape[0]) if group[key].shape else 1
+        return n if limit is None else min(n, limit)
+
+    with handle:
+        return _each_client(path, examples, None, count)
+
+
+def _read(name: str, path: Path, vocab: dict[str, int] | None, wanted: set[str] | None,
+          limit: int | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    handle, examples = _examples(path)
+    with handle:
+        return _each_client(path, examples, wanted, lambda group: _client(name, group, vocab, limit))
+
+
+def _feature(group: Any, key: str, limit: int | None = None) -> np.ndarray:
+    """A client's feature, its first ``limit`` rows only where a limit is given."""
     if key not in group:
         raise _Bad(f"has no {key!r} dataset (features: {', '.join(sorted(group)) or 'none'})")
-    return np.asarray(group[key][()])
+    data = group[key]
+    return np.asarray(data[:limit] if limit is not None and data.shape else data[()])
 
 
-def _client(name: str, group: Any, vocab: dict[str, int] | None) -> tuple[np.ndarray, np.ndarray]:
+def _client(name: str, group: Any, vocab: dict[str, int] | None,
+            limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """A client's inputs and targets, its first ``limit`` samples where a limit is given."""
     if vocab is not None:
-        sentences = _feature(group, "tokens")
+        sentences = _feature(group, "tokens", limit)
         if sentences.dtype.kind not in "OSU":
             raise _Bad(f"tokens must be strings (one sentence each), got type {sentences.dtype}")
         return sentence_samples(sentences, vocab)
     if name == "shakespeare":
-        return _windows(_feature(group, "snippets"))
+        x, y = _windows(_feature(group, "snippets"))
+        return x[:limit], y[:limit]
     if name == "femnist":
-        x, y = _feature(group, "pixels"), _feature(group, "label")
+        x, y = _feature(group, "pixels", limit), _feature(group, "label", limit)
         if x.ndim != 3 or x.shape[1:] != (28, 28):
             raise _Bad(f"pixels must be 28x28 images, got shape {x.shape}")
         x = x.astype(np.float32).reshape(-1, 1, 28, 28)
     else:
-        x, y = _feature(group, "image"), _feature(group, "label")
+        x, y = _feature(group, "image", limit), _feature(group, "label", limit)
         if x.ndim != 4 or x.shape[1:] != (32, 32, 3):
             raise _Bad(f"image must be 32x32x3 images, got shape {x.shape}")
         x = x.astype(np.float32).transpose(0, 3, 1, 2) / 255.0

@@ -15,10 +15,12 @@ import yaml
 
 from fedclock.algorithms.targets import IGNORE_TARGET
 from fedclock.scenarios.cli import main
+from fedclock.scenarios.client_files import load_client_files, natural_dataset
 from fedclock.scenarios.federation import build_federation
 from fedclock.scenarios.schema import DatasetConfig, GeneratedFiles
 from fedclock.scenarios.stackoverflow import SEQUENCE_LENGTH, WORD_COUNTS
 from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
+from fedclock.scenarios.tff_h5 import read_tff_h5
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "crossdevice"
 LONG = " ".join(f"w{i}" for i in range(25))
@@ -85,6 +87,49 @@ def _run(tmp_path: Path, dataset: dict, capsys: pytest.CaptureFixture[str], **se
     return err
 
 
+def test_sampling_reads_the_same_users_and_numbers_as_reading_every_user(tmp_path: Path) -> None:
+    """Users are chosen from their counts before their sentences are read: the same users,
+    samples and order as reading every user and then filtering (the way before), and a user
+    left out is never read (its broken tokens go unnoticed; reading every user reports them)."""
+    write_stackoverflow(tmp_path, GeneratedFiles(users=24, mean_samples=5), seed=1)
+    cfg = DatasetConfig(name="stackoverflow", format="tff_h5", root=tmp_path,
+                        partition={"type": "natural", "min_samples": 6, "sample_clients": 5})
+    lazy = load_client_files(cfg, seed=4, num_clients=5)
+    users, classes = read_tff_h5("stackoverflow", tmp_path)
+    whole = natural_dataset(cfg, users, classes, 4, 5, tmp_path)
+    for a, b in ((lazy.x_train, whole.x_train), (lazy.y_train, whole.y_train), (lazy.x_test, whole.x_test),
+                 (lazy.y_test, whole.y_test)):
+        assert a.shape == b.shape and bool((a == b).all())
+    assert [p.tolist() for p in lazy.natural_clients or ()] == [p.tolist() for p in whole.natural_clients or ()]
+    read = read_tff_h5("stackoverflow", tmp_path, lambda train, test: np.array([2]))[0]
+    assert [u.user for u in read] == [users[2].user]
+    left_out = next(u.user for u in users if u.num_samples < 6)
+    with h5py.File(tmp_path / "stackoverflow_train.h5", "a") as f:
+        del f[f"examples/{left_out}/tokens"]
+        f.create_dataset(f"examples/{left_out}/tokens", data=np.arange(3))
+    assert load_client_files(cfg, seed=4, num_clients=5).x_train.shape == lazy.x_train.shape
+    with pytest.raises(Exception, match="tokens must be strings"):
+        read_tff_h5("stackoverflow", tmp_path)
+
+
+def test_max_train_per_client_keeps_each_users_first_sentences(tmp_path: Path) -> None:
+    """The FedOpt cap (``partition.max_train_per_client``): a user's first sentences in file order,
+    its test sentences all kept; LEAF-like readers (users read whole) cut the same way."""
+    _files(tmp_path)
+    cfg = DatasetConfig(name="stackoverflow", format="tff_h5", root=tmp_path,
+                        partition={"type": "natural", "max_train_per_client": 2})
+    fed = build_federation(cfg, 3, seed=0)
+    assert fed.client_sizes().tolist() == [2, 1, 2] and [len(t) for t in fed.client_test] == [1, 0, 0]
+    assert fed.client_data(2).y_train[:, 0].tolist() == [1, 1]  # "i", "i do": the first two of three
+    users, classes = read_tff_h5("stackoverflow", tmp_path)
+    whole = natural_dataset(cfg, users, classes, 0, 3, tmp_path)
+    lazy = load_client_files(cfg, seed=0, num_clients=3)
+    assert whole.y_train.shape == lazy.y_train.shape == (5, SEQUENCE_LENGTH)
+    assert bool((whole.y_train == lazy.y_train).all()) and bool((whole.y_test == lazy.y_test).all())
+    with pytest.raises(ValueError, match="partition.max_train_per_client: applies to client files"):
+        DatasetConfig(name="mnist", partition={"type": "natural", "max_train_per_client": 2})
+
+
 @pytest.mark.parametrize("how", ["not_h5", "no_counts", "bad_counts", "no_tokens", "number_tokens"])
 def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
     root = tmp_path / "so"
@@ -114,6 +159,10 @@ def test_algorithms_and_partitions_that_need_one_label_per_sample_are_refused(
     _files(root)
     err = _run(tmp_path, {"root": str(root)}, capsys, algorithm={"name": "fedpac"})
     assert "algorithm.name: fedpac does not train on per-token targets" in err and "fedavg" in err
+    assert "class's centroid" in err and "fedbabu" in err  # why, and the personalized ones that do
+    (tmp_path / "ssl").mkdir()
+    err = _run(tmp_path / "ssl", {"root": str(root)}, capsys, algorithm={"name": "fedper", "objective": "simclr"})
+    assert "algorithm.objective: simclr" in err and "allowed: supervised" in err
     scenario = {"root": str(root), "partition": {"type": "dirichlet", "alpha": 0.5}}
     cfg = DatasetConfig(name="stackoverflow", format="tff_h5", **scenario)
     with pytest.raises(Exception, match="dirichlet splits by class.*allowed: natural, iid"):
