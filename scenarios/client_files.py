@@ -40,10 +40,9 @@ from fedclock.scenarios.leaf_generate import write_leaf
 from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
 from fedclock.scenarios.tff_h5 import read_tff_h5
 from fedclock.scenarios.user_data import UserData
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["UserData", "files_root", "load_client_files", "natural_dataset"]
-
-_STREAM_SAMPLE_CLIENTS = 0x4C454601
 
 
 def files_root(cfg: DatasetConfig) -> Path:
@@ -121,7 +120,7 @@ def _select(users: list[UserData], natural: NaturalPartition, seed: int, root: P
         if natural.sample_clients > len(users):
             raise DatasetError(f"dataset.partition.sample_clients: {natural.sample_clients} exceeds the {len(users)} "
                                f"users under {root} (after min_samples); allowed: 1..{len(users)}")
-        rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_SAMPLE_CLIENTS]))
+        rng = numpy_rng(seed, Stream.DATA, DataStream.SAMPLE_CLIENTS)
         keep = np.sort(rng.choice(len(users), natural.sample_clients, replace=False))
         users = [users[int(k)] for k in keep]
     return users

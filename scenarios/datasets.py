@@ -59,6 +59,7 @@ import torch.nn.functional as F
 
 from fedclock.scenarios.plugins import PluginError, find
 from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "data_root", "load_dataset"]
 
@@ -91,11 +92,6 @@ DATASET_SUMMARIES: dict[str, str] = {
                "2 classes",
     "celeba": "client files (format leaf): CelebA faces, one client per celebrity, 84x84 colour, smiling or not",
 }
-
-# Fixed stream ids: each random use gets its own generator seeded by (seed, stream).
-_STREAM_DIGITS_SPLIT = 0x44494701
-_STREAM_SYNTHETIC = 0x53594E01
-_STREAM_SUBSAMPLE = 0x53554201
 
 _SYNTHETIC_MIN_PER_CLIENT = 4
 
@@ -224,7 +220,7 @@ def _user_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     if ids is not None and ids.shape != (len(y_tr),):
         raise DatasetError(f"{where}: client_ids must hold one client id per training sample ({len(y_tr)})")
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_tr):
-        keep = np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_tr), cfg.max_train_samples, replace=False))
+        keep = _subsample(seed, len(y_tr), cfg.max_train_samples)
         x_tr, y_tr = x_tr[torch.from_numpy(keep)], y_tr[torch.from_numpy(keep)]
         ids = ids[keep] if ids is not None else None
     natural = None
@@ -244,8 +240,9 @@ def _accepted_arguments(loader: Callable[..., Any]) -> set[str]:
 
 
 # --------------------------------------------------------------------------- helpers
-def _rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
+def _subsample(seed: int, total: int, keep: int) -> np.ndarray:
+    """``dataset.max_train_samples``: the sorted indices of ``keep`` of ``total`` training samples."""
+    return np.sort(numpy_rng(seed, Stream.DATA, DataStream.SUBSAMPLE).choice(total, keep, replace=False))
 
 
 def _finish_images(cfg: DatasetConfig, seed: int, x_train: torch.Tensor, y_train: torch.Tensor,
@@ -256,7 +253,7 @@ def _finish_images(cfg: DatasetConfig, seed: int, x_train: torch.Tensor, y_train
         x_train, y_train = torch.cat([x_train, x_test]), torch.cat([y_train, y_test])
         x_test, y_test = x_train[:0], y_train[:0]
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_train):
-        keep = np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_train), cfg.max_train_samples, replace=False))
+        keep = _subsample(seed, len(y_train), cfg.max_train_samples)
         keep_t = torch.from_numpy(keep)
         x_train, y_train = x_train[keep_t], y_train[keep_t]
     x_train = x_train.to(torch.float32, copy=True).div_(scale)
@@ -285,7 +282,7 @@ def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)
-    rng = _rng(seed, _STREAM_DIGITS_SPLIT)
+    rng = numpy_rng(seed, Stream.DATA, DataStream.DIGITS_SPLIT)
     test_parts = []
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))
@@ -309,8 +306,7 @@ def _mnist1d(cfg: DatasetConfig, seed: int) -> Dataset:
     raw = load_mnist1d(cfg.mnist1d_samples, cfg.global_test_fraction, data_root(cfg))
     x_tr, y_tr = torch.from_numpy(raw["x_train"]), torch.from_numpy(raw["y_train"])
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_tr):
-        keep = torch.from_numpy(np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_tr), cfg.max_train_samples,
-                                                                             replace=False)))
+        keep = torch.from_numpy(_subsample(seed, len(y_tr), cfg.max_train_samples))
         x_tr, y_tr = x_tr[keep], y_tr[keep]
     return Dataset(cfg.name, x_tr.contiguous(), y_tr, torch.from_numpy(raw["x_test"]).contiguous(),
                    torch.from_numpy(raw["y_test"]), 10, None)
@@ -329,7 +325,7 @@ def _synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     """
     if cfg.image_size is not None:
         raise DatasetError("dataset.image_size: synthetic data are vectors, not images; remove image_size")
-    rng = _rng(seed, _STREAM_SYNTHETIC)
+    rng = numpy_rng(seed, Stream.DATA, DataStream.SYNTHETIC)
     dim, classes = cfg.synthetic_features, cfg.synthetic_classes
     sizes = _synthetic_sizes(rng, num_clients, cfg.synthetic_samples)
     if int(sizes.sum()) * dim > MAX_SYNTHETIC_VALUES:  # each client is raised to a minimum size

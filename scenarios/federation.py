@@ -24,11 +24,9 @@ from fedclock.scenarios.client_split import client_test_split
 from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["Federation", "build_federation"]
-
-_STREAM_PARTITION = 0x50415201
-_STREAM_CLIENT_SPLIT = 0x53504C01
 
 
 def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federation:
@@ -54,12 +52,12 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
                                "use another partition type")
         parts = [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]
     else:
-        rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_PARTITION]))
+        rng = numpy_rng(seed, Stream.DATA, DataStream.PARTITION)
         try:
             parts = partition_indices(ds.y_train.numpy(), num_clients, cfg.partition, rng)
         except ValueError as err:
             raise DatasetError(str(err)) from err
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_CLIENT_SPLIT]))
+    rng = numpy_rng(seed, Stream.DATA, DataStream.CLIENT_SPLIT)
     # written straight into flat arrays (ClientIndex): no train and test array per client
     total = sum(len(idx) for idx in parts)
     flat_train, flat_test = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)

@@ -29,15 +29,14 @@ import numpy as np
 
 from fedclock.scenarios.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW
 from fedclock.scenarios.schema import GeneratedFiles
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["write_leaf"]
-
-_STREAM_GENERATE = 0x47454E01
 
 
 def write_leaf(folder: Path, name: str, cfg: GeneratedFiles, seed: int) -> None:
     """Write ``folder/train/all_data_train.json`` and ``folder/test/all_data_test.json``."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_GENERATE]))
+    rng = numpy_rng(seed, Stream.DATA, DataStream.GENERATE)
     sizes = np.maximum(4, np.round(cfg.mean_samples * rng.lognormal(0.0, 0.8, cfg.users))).astype(int)
     make = {"femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _synthetic}[name]
     parts: dict[str, dict] = {p: {"users": [], "num_samples": [], "user_data": {}} for p in ("train", "test")}
