@@ -51,12 +51,12 @@ import torch.nn.functional as F
 from fedclock.actors.federation import Federation
 from fedclock.scenarios.client_split import client_test_split
 from fedclock.scenarios.datasets import DatasetError, _download, data_root
-from fedclock.scenarios.domain_names import DOMAINS
+from fedclock.scenarios.dataset_specs import DOMAINS
 from fedclock.scenarios.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, DomainsConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["ALL_DOMAINS", "DOMAINS", "DomainData", "build_domain_federation", "load_domains", "style_digits"]
+__all__ = ["ALL_DOMAINS", "DomainData", "build_domain_federation", "load_domains", "style_digits"]
 
 DomainData = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """One domain: train images (N, C, H, W) float in [0, 1], train labels, test images, test labels."""

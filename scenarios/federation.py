@@ -21,6 +21,7 @@ import torch
 from fedclock.actors.federation import ClientIndex, Federation
 from fedclock.scenarios.client_files import load_client_files
 from fedclock.scenarios.client_split import client_test_split
+from fedclock.scenarios.dataset_specs import DOMAINS
 from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
@@ -37,8 +38,6 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
     without training data. Multi-domain sources go to
     :func:`~fedclock.scenarios.domains.build_domain_federation`.
     """
-    from fedclock.scenarios.domain_names import DOMAINS
-
     if cfg.name in DOMAINS:
         from fedclock.scenarios.domains import build_domain_federation
 
