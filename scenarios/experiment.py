@@ -22,7 +22,7 @@ from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts
-from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
+from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
@@ -287,7 +287,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     selector = build_selector(scenario.selection, seed)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
-        session.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
+        session.after_evaluation = CKAAtVersions(scenario, algorithm, federation, session, out_dir,
                                                lambda: clock.round, None if checkpoint is None else checkpoint.version)
     task_cost = counted.task(algorithm, federation.x.dtype)
     server_cost = counted.server(algorithm, federation.x.dtype)
