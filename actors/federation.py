@@ -119,9 +119,11 @@ class Federation:
                           x_test=self.x[test].to(device), y_test=self.y[test].to(device))
 
     def label_histogram(self) -> np.ndarray:
-        """Training label counts, shape (num_clients, num_classes)."""
+        """Training label counts, shape (num_clients, num_classes); with a target per token
+        the counts of the target tokens, padding left out."""
         labels = self.y.numpy()
         hist = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
         for k, idx in enumerate(self.client_train):
-            hist[k] = np.bincount(labels[idx], minlength=self.num_classes)
+            targets = labels[idx].reshape(-1)
+            hist[k] = np.bincount(targets[targets >= 0], minlength=self.num_classes)
         return hist

@@ -45,6 +45,7 @@ from torch import nn
 
 from fedclock.algorithms.fed_model import FedModel
 from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.targets import correct_targets, counted_targets, target_cross_entropy
 
 Tensors = dict[str, torch.Tensor]
 """What travels on the wire: named tensors whose byte size is what the clock charges."""
@@ -266,6 +267,13 @@ class Algorithm(ABC, Generic[P]):
     """Local objectives it trains with (``supervised``; ``simclr``/``simsiam`` through
     :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Not inherited, like ``vectorizable``:
     a subclass that does not declare it trains supervised only."""
+    per_token_targets: ClassVar[bool] = False
+    """True when every step of the class trains and evaluates through the shared loss and
+    accuracy (:func:`~fedclock.algorithms.training.cross_entropy_loss`,
+    :func:`evaluate_module`), which also take one target per token (a next-word task,
+    :mod:`fedclock.algorithms.targets`); the experiment builder refuses per-token data for
+    the others (per-class statistics, body/head objectives on sample features). Not
+    inherited, like ``vectorizable``."""
     moves_global_model: ClassVar[bool] = True
     """True when ``server_receive`` moves a global model (``state.tensors["weights"]``) by
     aggregating the clients' work, so a server optimizer
@@ -284,7 +292,7 @@ class Algorithm(ABC, Generic[P]):
         super().__init_subclass__(**kwargs)
         for attribute, default in (("vectorizable", False), ("objectives", frozenset({"supervised"})),
                                    ("stateless_clients", False), ("upload_is_delta", False),
-                                   ("upload_is_model", False)):
+                                   ("upload_is_model", False), ("per_token_targets", False)):
             if attribute not in cls.__dict__:
                 setattr(cls, attribute, default)
         lines = _docstring_lines(cls)
@@ -492,7 +500,9 @@ def evaluate_flat(model: nn.Module, factory: ModelFactory, weights: torch.Tensor
 
 @torch.no_grad()
 def evaluate_module(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> EvalResult:
-    """Accuracy and summed cross-entropy of ``model`` on (x, y)."""
+    """Accuracy and summed cross-entropy of ``model`` on (x, y); with per-token targets both
+    are over the tokens that are not padding, and ``count`` is those tokens
+    (:mod:`fedclock.algorithms.targets`)."""
     if y.numel() == 0:
         return EvalResult(0.0, 0, 0.0)
     was_training = model.training
@@ -502,7 +512,7 @@ def evaluate_module(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_si
     for start in range(0, y.shape[0], batch_size):
         xb, yb = x[start:start + batch_size], y[start:start + batch_size]
         logits = model(xb)
-        loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
-        correct += float((logits.argmax(dim=1) == yb).sum())
+        loss_sum += float(target_cross_entropy(logits, yb, reduction="sum"))
+        correct += float(correct_targets(logits, yb))
     model.train(was_training)
-    return EvalResult(correct, int(y.shape[0]), loss_sum)
+    return EvalResult(correct, counted_targets(y), loss_sum)

@@ -78,6 +78,7 @@ class FedAsync(Algorithm[FedAsyncParams]):
     """
 
     name: ClassVar[str] = "fedasync"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     stateless_clients: bool = True  # the client state passes through: None in, None out
     summary: ClassVar[str] = "FedAsync: mix each arriving model in with a staleness-discounted weight"
     paper: ClassVar[str] = "Xie, Koyejo, Gupta, Asynchronous Federated Optimization, arXiv:1903.03934, 2019"

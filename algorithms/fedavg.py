@@ -70,6 +70,7 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
                             "Decentralized Data, AISTATS 2017")
     Params: ClassVar[type[AlgorithmParams]] = FedAvgParams
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     vectorizable: ClassVar[bool] = True
     upload_is_delta: ClassVar[bool] = True
 

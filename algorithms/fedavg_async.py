@@ -49,6 +49,7 @@ class FedAvgAsync(LocalSGDClient, Algorithm[FedAvgAsyncParams]):
     """
 
     name: ClassVar[str] = "fedavg_async"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     stateless_clients: bool = True  # the client state passes through: None in, None out
     summary: ClassVar[str] = "FedAvg (Async): equal-weight mean of punctual and stale local models"
     paper: ClassVar[str] = ("FedAvg (Async) baseline of the SPFL/PLGA paper (stage-wise personalized FL with "

@@ -52,6 +52,7 @@ class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
     """
 
     name: ClassVar[str] = "fedbuff"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     summary: ClassVar[str] = "FedBuff: buffer K asynchronous deltas, then apply their mean"
     paper: ClassVar[str] = ("Nguyen et al., Federated Learning with Buffered Asynchronous Aggregation, "
                             "AISTATS 2022")

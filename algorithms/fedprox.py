@@ -39,6 +39,7 @@ class FedProx(FedAvg):
     """
 
     name: ClassVar[str] = "fedprox"
+    per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     stateless_clients: bool = True  # the client state passes through: None in, None out
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised", "simclr", "simsiam"})
     summary: ClassVar[str] = "FedAvg with a proximal term mu/2 ||w - w_t||^2 in the local objective"

@@ -39,6 +39,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, Tensors
+from fedclock.algorithms.targets import target_cross_entropy
 
 META = torch.device("meta")
 
@@ -127,11 +128,11 @@ def _modules(algorithm: Algorithm) -> list[torch.nn.Module]:
 
 
 def meta_data(num_samples: int, input_shape: tuple[int, ...], input_dtype: torch.dtype,
-              steps: int | None) -> ClientData:
-    """A client's data as meta tensors of ``num_samples`` training samples (labels int64,
-    no test split)."""
+              steps: int | None, target_shape: tuple[int, ...] = ()) -> ClientData:
+    """A client's data as meta tensors of ``num_samples`` training samples (labels int64 of
+    ``target_shape`` each, no test split)."""
     x = torch.empty((num_samples, *input_shape), dtype=input_dtype, device=META)
-    y = torch.zeros(num_samples, dtype=torch.long, device=META)
+    y = torch.zeros((num_samples, *target_shape), dtype=torch.long, device=META)
     return ClientData(client=0, x_train=x, y_train=y, x_test=x[:0], y_test=y[:0], steps=steps)
 
 
@@ -149,7 +150,8 @@ def count_task(algorithm: Algorithm, num_samples: int, steps: int | None = None,
     rng = torch.Generator().manual_seed(0)
     payload = {k: v.to(META) for k, v in work.payload_for(work.init_server(rng), 0).items()}
     work.to(META)
-    data = meta_data(num_samples, tuple(algorithm.model_factory.input_shape), input_dtype, steps)
+    data = meta_data(num_samples, tuple(algorithm.model_factory.input_shape), input_dtype, steps,
+                     algorithm.model_factory.target_shape)
     leaves = {id(p) for m in _modules(work) for p in m.parameters()}
     result, trace, flops = _counted(work, payload, None, data, leaves)
     state_in = None
@@ -183,8 +185,9 @@ def count_sample(algorithm: Algorithm, input_dtype: torch.dtype = torch.float32)
     and every counted operation (matmul, convolution) is linear in the batch size, so the
     half is exact."""
     model = algorithm.model_factory.build().to(META)
-    data = meta_data(2, tuple(algorithm.model_factory.input_shape), input_dtype, None)
+    factory = algorithm.model_factory
+    data = meta_data(2, tuple(factory.input_shape), input_dtype, None, factory.target_shape)
     counter = FlopCounterMode(display=False)
     with counter, MetaRun():
-        torch.nn.functional.cross_entropy(model(data.x_train), data.y_train).backward()
+        target_cross_entropy(model(data.x_train), data.y_train).backward()
     return int(counter.get_total_flops()) // 2

@@ -168,6 +168,54 @@ class CharLSTM(FedModel):
                          {"embed": ("body.",), "head": ("head.",)})
 
 
+class WordLSTMBody(nn.Module):
+    """Embedding, one LSTM layer over the whole sequence, and a linear projection of every
+    step's output: one feature vector per token, shape ``(N, T, projection)``. Inputs are word
+    indices (stored as floats, like every input of a federation; cast here)."""
+
+    def __init__(self, vocab: int, embedding: int, hidden: int, projection: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embedding)
+        self.lstm = nn.LSTM(embedding, hidden, batch_first=True)
+        self.projection = nn.Linear(hidden, projection)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embedding(x.long()))
+        return self.projection(out)
+
+
+class WordLSTM(FedModel):
+    """The Stack Overflow next-word model of Reddi et al., "Adaptive Federated Optimization",
+    ICLR 2021, App. C (TFF's ``stackoverflow`` word-prediction model): word embedding of 96,
+    one LSTM layer of 670 units, a dense layer of 96 (the body, applied at every position),
+    and a dense layer over the vocabulary (the head), so the logits are ``(N, T, classes)``:
+    one next-word prediction per input position (per-token targets,
+    :mod:`fedclock.algorithms.targets`). ``classes`` is the extended vocabulary (with
+    TFF's 10,000 words: 10,004 with padding, out-of-vocabulary, beginning and end of
+    sentence), which the embedding also reads. With 10,004 classes: 4,053,428 parameters
+    (TFF's Keras model has 4,050,748: its LSTM has one bias vector, PyTorch's two).
+    The dense layers have no activation (TFF's model has none). Input: word indices, shape
+    ``(N, T)``. Stages ``body`` and ``head``. Not vectorized (no batched LSTM kernel)."""
+
+    sizes: tuple[int, int, int] = (96, 670, 96)
+    """Embedding, LSTM units, projection."""
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        if len(input_shape) != 1:
+            raise ValueError(f"model.name: word_lstm reads sequences of word indices (input shape (T,)), got inputs of "
+                             f"shape {tuple(input_shape)}; use it with a next-word dataset such as stackoverflow")
+        embedding, hidden, projection = self.sizes
+        super().__init__(WordLSTMBody(num_classes, embedding, hidden, projection), nn.Linear(projection, num_classes),
+                         {"body": ("body.",), "head": ("head.",)})
+
+
+class WordLSTMSmall(WordLSTM):
+    """:class:`WordLSTM` with embedding 16, 64 LSTM units and a projection of 16: the quick
+    Stack Overflow file's model (a few seconds per round on a CPU core), not the paper's."""
+
+    sizes = (16, 64, 16)
+
+
 def _resnet18_gn(input_shape: Sequence[int], num_classes: int) -> FedModel:
     from fedclock.algorithms.resnet import ResNet18GN  # imported when used: resnet imports this module
 
@@ -193,6 +241,8 @@ BUILTIN_MODELS: dict[str, Callable[[tuple[int, ...], int, tuple[int, ...]], FedM
     "conv_gn": lambda shape, classes, hidden: _conv_gn(shape, classes),
     "leaf_cnn": lambda shape, classes, hidden: LeafCNN(shape, classes),
     "char_lstm": lambda shape, classes, hidden: CharLSTM(shape, classes),
+    "word_lstm": lambda shape, classes, hidden: WordLSTM(shape, classes),
+    "word_lstm_small": lambda shape, classes, hidden: WordLSTMSmall(shape, classes),
 }
 """The shipped models by name: ``(input_shape, num_classes, hidden) -> FedModel``."""
 
@@ -208,6 +258,8 @@ MODEL_SUMMARIES: dict[str, str] = {
     "conv_gn": "four conv-GroupNorm-ReLU blocks and global average pooling (body), linear head",
     "leaf_cnn": "LEAF's FEMNIST CNN: two 5x5 conv (32, 64) + max-pool, dense 2048, linear head",
     "char_lstm": "LEAF's Shakespeare model: embedding 8, two LSTM layers of 256, linear head over characters",
+    "word_lstm": "Stack Overflow next-word model (Reddi et al. 2021): embedding 96, LSTM 670, dense 96, head per token",
+    "word_lstm_small": "word_lstm with embedding 16, LSTM 64, dense 16 (quick files)",
 }
 """One line per shipped model for ``fedclock list models``."""
 
@@ -254,6 +306,9 @@ class ModelFactory:
     hidden: tuple[int, ...] = (128,)
     init_seed: int = 0
     builder: ModelBuilder | None = None
+    target_shape: tuple[int, ...] = ()
+    """Shape of one sample's targets: ``()`` for one class per sample, ``(T,)`` for one per
+    token (:mod:`fedclock.algorithms.targets`); what cost counting feeds the model."""
 
     def build(self) -> FedModel:
         """A fresh model. Construction is seeded by ``init_seed`` so it never touches the

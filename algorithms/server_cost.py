@@ -123,7 +123,7 @@ def upload_template(algorithm: Algorithm, input_dtype: torch.dtype = torch.float
     payload = _to_meta(work.payload_for(work.init_server(rng), 0))
     work.to(META)
     data = meta_data(max(2, algorithm.params.batch_size), tuple(algorithm.model_factory.input_shape),
-                     input_dtype, None)
+                     input_dtype, None, algorithm.model_factory.target_shape)
     with MetaRun():
         result = work.client_update(payload, None, data, torch.Generator().manual_seed(1))
     out: Tensors = result.upload

@@ -27,11 +27,11 @@ from functools import reduce
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.optim.sgd import sgd
 
 from fedclock.algorithms.base import AlgorithmParams, ClientData, ClientResult, Tensors
+from fedclock.algorithms.targets import target_cross_entropy
 
 if TYPE_CHECKING:
     from fedclock.algorithms.base import Algorithm
@@ -47,8 +47,10 @@ GradHook = Callable[[nn.Module], None]
 
 
 def cross_entropy_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean softmax cross-entropy of ``model`` on one batch (the default batch loss)."""
-    return F.cross_entropy(model(x), y)
+    """Mean softmax cross-entropy of ``model`` on one batch (the default batch loss); with
+    per-token targets the mean over the tokens that are not padding
+    (:func:`~fedclock.algorithms.targets.target_cross_entropy`)."""
+    return target_cross_entropy(model(x), y)
 
 
 def batches(n: int, batch_size: int, steps: int, rng: torch.Generator) -> Iterator[torch.Tensor]:

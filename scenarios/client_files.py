@@ -23,7 +23,8 @@ so a population of a million users costs what their samples cost plus the index 
 (``benchmarks/RESULTS.md``, "Client files"). Inputs are used as the files give them (LEAF's
 reference models train on them unscaled). ``dataset.generate`` writes a small data set in
 the format from the scenario seed into a temporary folder and reads it back
-(:mod:`fedclock.scenarios.leaf_generate`).
+(:mod:`fedclock.scenarios.leaf_generate`; Stack Overflow's TFF files:
+:mod:`fedclock.scenarios.stackoverflow_generate`).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from fedclock.scenarios.fedscale_csv import read_fedscale_csv
 from fedclock.scenarios.leaf import read_leaf
 from fedclock.scenarios.leaf_generate import write_leaf
 from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
 from fedclock.scenarios.tff_h5 import read_tff_h5
 from fedclock.scenarios.user_data import UserData
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
@@ -58,7 +60,10 @@ def load_client_files(cfg: DatasetConfig, seed: int, num_clients: int) -> Datase
     natural split. Raises :class:`DatasetError` (one line naming the file) on a bad file."""
     if cfg.generate is not None:
         with tempfile.TemporaryDirectory(prefix="fedclock-generated-") as tmp:
-            write_leaf(Path(tmp), cfg.name, cfg.generate, seed)
+            if cfg.format == "tff_h5":
+                write_stackoverflow(Path(tmp), cfg.generate, seed)
+            else:
+                write_leaf(Path(tmp), cfg.name, cfg.generate, seed)
             return _read(cfg, Path(tmp), seed, num_clients)
     return _read(cfg, files_root(cfg), seed, num_clients)
 

@@ -44,8 +44,9 @@ class DatasetSpec:
     """It has its own client split without client files (``partition: {type: natural}``)."""
     formats: tuple[str, ...] = ()
     """The client-file formats it is read from (``dataset.format``)."""
-    generated: bool = False
-    """``dataset.generate`` can write it (in ``leaf`` format, :mod:`fedclock.scenarios.leaf_generate`)."""
+    generated: tuple[str, ...] = ()
+    """The formats ``dataset.generate`` writes it in (:mod:`fedclock.scenarios.leaf_generate`,
+    :mod:`fedclock.scenarios.stackoverflow_generate`)."""
     domains: tuple[str, ...] = ()
     """A multi-domain source's domains, in the default order (:mod:`fedclock.scenarios.domains`)."""
 
@@ -87,18 +88,21 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
     DatasetSpec("adaptiope", "multi-domain Adaptiope: product_images, real_life, synthetic ImageFolders under root, "
                 "123 classes", domains=("product_images", "real_life", "synthetic")),
     DatasetSpec("femnist", "client files (dataset.format leaf, tff_h5 or fedscale_csv): FEMNIST, one client per "
-                "writer, 28x28 grey, 62 classes", formats=("leaf", "tff_h5", "fedscale_csv"), generated=True),
+                "writer, 28x28 grey, 62 classes", formats=("leaf", "tff_h5", "fedscale_csv"), generated=("leaf",)),
     DatasetSpec("shakespeare", "client files (format leaf or tff_h5): Shakespeare, one client per speaking role, "
                 "80-character windows, next-character targets over LEAF's 80 letters", formats=("leaf", "tff_h5"),
-                generated=True),
+                generated=("leaf",)),
     DatasetSpec("synthetic_leaf", "client files (format leaf): LEAF's Synthetic data set, one client per user, "
-                "vectors", formats=("leaf",), generated=True),
+                "vectors", formats=("leaf",), generated=("leaf",)),
     DatasetSpec("mnist1d", "MNIST-1D: 40-long 1-D digit signals, generated locally (mnist1d package, no download), "
                 "10 classes", loader=f"{_DATASETS}:load_mnist1d"),
     DatasetSpec("sent140", "client files (format leaf): Sentiment140 tweets, one client per Twitter user, 25 word "
                 "indices, 2 classes", formats=("leaf",)),
     DatasetSpec("celeba", "client files (format leaf): CelebA faces, one client per celebrity, 84x84 colour, "
                 "smiling or not", formats=("leaf",)),
+    DatasetSpec("stackoverflow", "client files (format tff_h5): Stack Overflow, one client per user, sentences of 20 "
+                "word indices (TFF's 10,000 words), next-word targets per token", formats=("tff_h5",),
+                generated=("tff_h5",)),
 )}
 """Every shipped dataset by name, in the order ``fedclock list datasets`` shows them."""
 
@@ -120,5 +124,6 @@ FORMAT_DATASETS: dict[str, tuple[str, ...]] = {
 FILE_DATASETS: tuple[str, ...] = tuple(name for name, spec in DATASETS.items()
                                        if spec.formats and spec.loader is None)
 """Datasets that exist only as client files (they need ``dataset.format``)."""
-GENERATED: tuple[str, ...] = tuple(name for name, spec in DATASETS.items() if spec.generated)
-"""Datasets ``dataset.generate`` writes."""
+GENERATED: dict[str, tuple[str, ...]] = {
+    fmt: tuple(name for name, spec in DATASETS.items() if fmt in spec.generated) for fmt in FILE_FORMATS}
+"""The datasets ``dataset.generate`` writes in each format."""

@@ -20,6 +20,7 @@ from fedclock.actors.session import Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
+from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
@@ -78,7 +79,13 @@ class RunSummary:
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     """Instantiate the scenario's algorithm for the federation's input shape and classes."""
     factory = ModelFactory(scenario.model.name, federation.input_shape, federation.num_classes,
-                           tuple(scenario.model.hidden), builder=model_builder(scenario.model.name))
+                           tuple(scenario.model.hidden), builder=model_builder(scenario.model.name),
+                           target_shape=tuple(federation.y.shape[1:]))
+    cls = algorithm_class(scenario.algorithm.name)
+    if factory.target_shape and not cls.per_token_targets:
+        allowed = ", ".join(n for n in algorithm_names() if get_algorithm(n).per_token_targets)
+        raise PluginError(f"algorithm.name: {cls.name} does not train on per-token targets ({federation.dataset_name} "
+                          f"predicts every next word); allowed: {allowed}")
     if factory.builder is not None:
         try:
             factory.build()
@@ -86,7 +93,7 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
             if not str(exc).startswith("model.name: "):
                 raise
             raise PluginError(str(exc)) from None
-    algorithm = algorithm_class(scenario.algorithm.name)(scenario.algorithm.params, factory)
+    algorithm = cls(scenario.algorithm.params, factory)
     algorithm.num_clients = scenario.population.num_clients
     algorithm.server_optimizer = scenario.algorithm.server_optimizer
     codec = scenario.upload.compression

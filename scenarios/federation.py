@@ -51,6 +51,9 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
                                "use another partition type")
         parts = [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]
     else:
+        if ds.y_train.dim() > 1 and cfg.partition.type != "iid":
+            raise DatasetError(f"dataset.partition.type: {cfg.partition.type} splits by class, but {cfg.name} has "
+                               "a target per token (allowed: natural, iid)")
         rng = numpy_rng(seed, Stream.DATA, DataStream.PARTITION)
         try:
             parts = partition_indices(ds.y_train.numpy(), num_clients, cfg.partition, rng)

@@ -24,7 +24,7 @@ def cost_key(algorithm: Algorithm, input_dtype: torch.dtype) -> tuple[object, ..
     population size, the links' codecs, the server optimizer and the input type."""
     f = algorithm.model_factory
     return (type(algorithm), algorithm.params.model_dump_json(), f.name, tuple(f.input_shape), f.num_classes,
-            tuple(f.hidden), f.init_seed, id(f.builder), algorithm.num_clients, input_dtype,
+            tuple(f.hidden), f.init_seed, id(f.builder), tuple(f.target_shape), algorithm.num_clients, input_dtype,
             repr(getattr(algorithm, "upload_codec", None)), repr(getattr(algorithm, "download_codec", None)),
             repr(algorithm.server_optimizer))
 

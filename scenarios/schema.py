@@ -249,10 +249,13 @@ class DatasetConfig(StrictModel):
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
                              f"not {self.name}")
-        if self.generate is not None and self.format != "leaf":
-            raise ValueError(f"generate: generates leaf files only (format is {self.format})")
-        if self.generate is not None and self.name not in GENERATED:
-            raise ValueError(f"generate: writes {', '.join(GENERATED[:-1])} or {GENERATED[-1]} files, not {self.name}")
+        made = GENERATED[self.format]
+        if self.generate is not None and self.name not in made:
+            if not made:
+                writes = ", or ".join(f"{f} files of {', '.join(n)}" for f, n in GENERATED.items() if n)
+                raise ValueError(f"generate: generates {writes} (format is {self.format})")
+            names = f"{', '.join(made[:-1])} or {made[-1]}" if len(made) > 1 else made[0]
+            raise ValueError(f"generate: writes {names} files, not {self.name}")
         if self.pool == "all":
             raise ValueError("pool: client files keep every user's own train and test data; use pool: train")
         return self
@@ -291,7 +294,7 @@ class DatasetConfig(StrictModel):
 
 
 ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn",
-                       "leaf_cnn", "char_lstm"]
+                       "leaf_cnn", "char_lstm", "word_lstm", "word_lstm_small"]
 
 
 class ModelConfig(StrictModel):

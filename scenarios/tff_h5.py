@@ -18,6 +18,10 @@ set's train and test files, as TFF's downloader leaves them:
   (32x32x3 bytes, read as ``(3, 32, 32)`` scaled to [0, 1]) and ``label`` (the 100 fine
   classes); its test clients differ from its train clients, so they only add to the global
   test set.
+* ``stackoverflow``: ``stackoverflow_train.h5`` / ``stackoverflow_test.h5`` and the word counts
+  ``stackoverflow.word_count``, feature ``tokens`` (one sentence per example): TFF's
+  next-word task, 20 word indices per sentence with one target per token
+  (:mod:`fedclock.scenarios.stackoverflow`); train and test hold overlapping users.
 
 A file that is not HDF5, lacks ``examples``, or whose clients lack a feature or disagree in
 length is a one-line error naming the file.
@@ -31,6 +35,7 @@ import numpy as np
 
 from fedclock.scenarios.datasets import DatasetError
 from fedclock.scenarios.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW, letter_indices
+from fedclock.scenarios.stackoverflow import WORD_COUNTS, read_vocabulary, sentence_samples, special_tokens
 from fedclock.scenarios.user_data import UserData
 
 __all__ = ["TFF_FILES", "read_tff_h5"]
@@ -40,6 +45,7 @@ TFF_FILES: dict[str, tuple[tuple[str, str], ...]] = {
                 ("fed_emnist_digitsonly_train.h5", "fed_emnist_digitsonly_test.h5")),
     "shakespeare": (("shakespeare_train.h5", "shakespeare_test.h5"),),
     "cifar100": (("fed_cifar100_train.h5", "fed_cifar100_test.h5"),),
+    "stackoverflow": (("stackoverflow_train.h5", "stackoverflow_test.h5"),),
 }
 """The train and test file names TFF uses, per data set (first pair found wins)."""
 
@@ -59,7 +65,8 @@ def read_tff_h5(name: str, root: Path) -> tuple[list[UserData], int]:
     train_path, test_path = found
     if not test_path.is_file():
         raise DatasetError(f"dataset.root: {root} holds {train_path.name} but not {test_path.name}")
-    train, test = _read(name, train_path), _read(name, test_path)
+    vocab = read_vocabulary(root / WORD_COUNTS) if name == "stackoverflow" else None
+    train, test = _read(name, train_path, vocab), _read(name, test_path, vocab)
     users = [UserData(cid, x, y, *test.pop(cid, (x[:0], y[:0]))) for cid, (x, y) in train.items()]
     users += [UserData(cid, x[:0], y[:0], x, y) for cid, (x, y) in test.items()]
     if name == "femnist":
@@ -71,10 +78,12 @@ def read_tff_h5(name: str, root: Path) -> tuple[list[UserData], int]:
         return users, classes
     if name == "cifar100":
         return users, 100
+    if vocab is not None:
+        return users, special_tokens(len(vocab)).eos + 1
     return users, len(LEAF_LETTERS)
 
 
-def _read(name: str, path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _read(name: str, path: Path, vocab: dict[str, int] | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     import h5py  # imported when used: a second of start-up otherwise
 
     try:
@@ -91,7 +100,7 @@ def _read(name: str, path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             try:
                 if not isinstance(group, h5py.Group):
                     raise _Bad("is not a group of features")
-                out[str(cid)] = _client(name, group)
+                out[str(cid)] = _client(name, group, vocab)
             except _Bad as bad:
                 raise DatasetError(f"{path}: client {str(cid)!r} {bad}") from None
             except (OSError, ValueError, TypeError) as exc:
@@ -106,7 +115,12 @@ def _feature(group: Any, key: str) -> np.ndarray:
     return np.asarray(group[key][()])
 
 
-def _client(name: str, group: Any) -> tuple[np.ndarray, np.ndarray]:
+def _client(name: str, group: Any, vocab: dict[str, int] | None) -> tuple[np.ndarray, np.ndarray]:
+    if vocab is not None:
+        sentences = _feature(group, "tokens")
+        if sentences.dtype.kind not in "OSU":
+            raise _Bad(f"tokens must be strings (one sentence each), got type {sentences.dtype}")
+        return sentence_samples(sentences, vocab)
     if name == "shakespeare":
         return _windows(_feature(group, "snippets"))
     if name == "femnist":

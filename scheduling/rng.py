@@ -52,7 +52,9 @@ class DataStream(IntEnum):
     SAMPLE_CLIENTS = 0x4C454601
     """Client files: ``partition.sample_clients`` (:mod:`fedclock.scenarios.client_files`)."""
     GENERATE = 0x47454E01
-    """``dataset.generate``'s files (:mod:`fedclock.scenarios.leaf_generate`)."""
+    """``dataset.generate``'s LEAF files (:mod:`fedclock.scenarios.leaf_generate`)."""
+    STACKOVERFLOW_GENERATE = 0x534F4701
+    """``dataset.generate``'s Stack Overflow TFF files (:mod:`fedclock.scenarios.stackoverflow_generate`)."""
     DOMAIN_DEAL = 0x444F4D01
     """Multi-domain sources (:mod:`fedclock.scenarios.domains`): dealing clients to domains."""
     DOMAIN_SUBSAMPLE = 0x444F4D02

@@ -8,15 +8,19 @@ from fedclock.algorithms.models import MODEL_NAMES, ModelFactory
 
 SHAPES = {"mlp": (1, 8, 8), "logistic": (1, 8, 8), "cnn5": (1, 28, 28), "spfl_cnn": (1, 28, 28),
           "spfl_cnn_padded": (1, 8, 8),
-          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8), "leaf_cnn": (1, 28, 28), "char_lstm": (80,)}
+          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8), "leaf_cnn": (1, 28, 28), "char_lstm": (80,),
+          "word_lstm": (20,), "word_lstm_small": (20,)}
+WORDS = ("word_lstm", "word_lstm_small")
+"""Next-word models: index inputs, one prediction per position."""
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_model_shapes_and_parts(name: str) -> None:
     factory = ModelFactory(name, SHAPES[name], 7, (16,))
     model = factory.build()
-    x = torch.randint(0, 7, (2, *SHAPES[name])).float() if name == "char_lstm" else torch.randn(2, *SHAPES[name])
-    assert model(x).shape == (2, 7)
+    indices = name == "char_lstm" or name in WORDS
+    x = torch.randint(0, 7, (2, *SHAPES[name])).float() if indices else torch.randn(2, *SHAPES[name])
+    assert model(x).shape == ((2, 20, 7) if name in WORDS else (2, 7))
     flat = factory.flatten(model)
     assert flat.numel() == factory.num_params == sum(p.numel() for p in model.parameters())
     # body then head cover the whole vector; the head is the last linear layer

@@ -30,10 +30,12 @@ def test_the_derived_lists_are_the_registry() -> None:
         "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100", "tinyimagenet")
     assert specs.NATURAL_SPLIT == _names("natural_split") == ("synthetic",)
     assert specs.MULTI_DOMAIN == _names("domains") == tuple(specs.DOMAINS)
-    assert specs.GENERATED == _names("generated")
+    assert specs.GENERATED == {f: tuple(n for n, s in DATASETS.items() if f in s.generated)
+                               for f in specs.FILE_FORMATS}
+    assert all(set(s.generated) <= set(s.formats) for s in DATASETS.values())
     assert specs.FORMAT_DATASETS == {f: tuple(n for n, s in DATASETS.items() if f in s.formats)
                                      for f in specs.FILE_FORMATS}
-    assert specs.FILE_DATASETS == ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba")
+    assert specs.FILE_DATASETS == ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba", "stackoverflow")
     # a spec is loaded whole, read from client files, or a multi-domain source
     assert all((s.loader is not None) or bool(s.formats) != bool(s.domains) for s in DATASETS.values())
 
@@ -41,7 +43,8 @@ def test_the_derived_lists_are_the_registry() -> None:
 def test_the_readers_tables_agree_with_the_registry() -> None:
     assert set(_CONVERT) | {"celeba"} == set(specs.FORMAT_DATASETS["leaf"])
     assert set(TFF_FILES) == set(specs.FORMAT_DATASETS["tff_h5"])
-    assert set(WRITERS) == set(specs.GENERATED) <= set(specs.FORMAT_DATASETS["leaf"])
+    assert set(WRITERS) == set(specs.GENERATED["leaf"])
+    assert specs.GENERATED["tff_h5"] == ("stackoverflow",)  # stackoverflow_generate writes only its files
 
 
 @pytest.mark.parametrize("name", [n for n, s in DATASETS.items() if s.loader is not None])
