@@ -37,7 +37,7 @@ import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Hashable, Protocol, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -429,6 +429,15 @@ class Algorithm(ABC, Generic[P]):
         ``arrivals`` arrivals, stated by a formula (optional hook; default 0). The torch part
         of the step is counted on its own (:mod:`fedclock.algorithms.server_cost`)."""
         return 0
+
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> Hashable | None:
+        """The kind of work the server step on ``arrivals`` does from ``state`` (optional hook,
+        pure: reads, never changes): steps of one kind with as many arrivals cost the same
+        FLOPs, so the cost model counts each (kind, number of arrivals) once
+        (:mod:`fedclock.algorithms.server_cost`, which lists the shipped kinds). Default None:
+        no kind named, every step is counted on its own (exact, slower). Trusted only from
+        the class that defines :meth:`server_receive` or a subclass of it."""
+        return None
 
     @property
     def hears_failures(self) -> bool:

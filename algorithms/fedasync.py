@@ -104,6 +104,14 @@ class FedAsync(Algorithm[FedAsyncParams]):
         """Upload the local model under ``"weights"``."""
         return model_result(local, client_state, data, metrics)
 
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> str:
+        """``"mix"``: each arrival mixed into the model in turn, whatever the state; with
+        ``window: stale_mix_mean``, ``"mix N stale"``: only the ``N`` stale arrivals are mixed
+        before the mean (:mod:`fedclock.algorithms.server_cost`)."""
+        if self.params.window == "stale_mix_mean":
+            return f"mix {sum(a.staleness > 0 for a in arrivals)} stale"
+        return "mix"
+
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
         if not arrivals:

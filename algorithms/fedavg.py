@@ -118,6 +118,11 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
         """Upload ``"delta" = local - w_t``; the client state passes through."""
         return delta_result(local, payload["weights"], self.keep_local_body(client_state, local), data, metrics)
 
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> str:
+        """``"aggregate"``: every step averages its arrivals' deltas and applies the mean, whatever
+        the state (:mod:`fedclock.algorithms.server_cost`)."""
+        return "aggregate"
+
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
         if not arrivals:

@@ -72,6 +72,13 @@ class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
         start = payload["weights"]
         return delta_result(local, start, client_state, data, metrics)
 
+    def server_step_kind(self, state: ServerState, arrivals: list[Arrival]) -> str:
+        """``"append"`` when these arrivals only fill the buffer, ``"flush"`` when they fill
+        it once (the append, the mean applied, the buffer cleared), ``"flush xN"`` ``N`` times
+        (:mod:`fedclock.algorithms.server_cost`)."""
+        flushes = (int(state.extra.get("buffered", 0)) + len(arrivals)) // self.params.buffer_size
+        return "append" if flushes == 0 else "flush" if flushes == 1 else f"flush x{flushes}"
+
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
         p = self.params

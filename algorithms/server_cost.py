@@ -23,11 +23,43 @@ every upload is finite pass. A boolean mask (``x[mask]``, ``nonzero``) has no va
 true (PyTorch's ``meta_nonzero_assume_all_nonzero``, set for the counted step only), so a
 masked update is charged as if every element were selected (an upper bound).
 
-**Counted once per number of arrivals**, from the initial server state with arrivals of
-staleness 0: a step whose work depends on the state is charged as that first step (FedBuff's
-arrival that only fills its buffer, never the K-th that also applies it; a staleness
-function's extra multiply is not seen). Averaging, server optimizers and QP solves do not
-depend on the state, so for them the count is exact.
+**Counted per step, from the state the step starts from.** A run follows its server on
+meta tensors (:class:`ServerSteps`, one per run): each step's arrivals (client, samples,
+version, staleness, steps as the clock knows them; uploads shaped like a real one) are folded
+into a *shadow* of the server state, so a step is charged what it does from where the server
+actually is: FedBuff's arrival that only fills its buffer costs the append, the ``K``-th the
+append and the flush (and the server optimizer's step, which runs only when the model
+changes). The shadow is stepped on meta tensors (shapes only: no memory, microseconds per
+operation); a value read on it gives 1.0 (and a boolean True, above), so a step whose path
+depends on the *values* of the weights is followed as if they were those. The shadow sees the
+arrivals the server applies, not the tasks it gives up on: an algorithm's failure hook
+(:meth:`~fedclock.algorithms.base.Algorithm.server_task_failed`; no shipped algorithm has
+one) is not followed. Every arrival's upload is shaped like the first task's (from the
+initial state's payload): an algorithm whose upload's make-up depends on the payload it was
+sent is followed as if every task were the first. SPFL is one (its first tasks upload the
+similarity refresh, later ones the update): its shadow sees refreshes only, each step charged
+as a refresh of that many arrivals, as before this followed state. A resumed run replays its
+clock from the start, so its shadow is the same as the uninterrupted run's.
+
+**Step kinds, cached.** An algorithm may name the kind of work a step does, from the state
+before it and the arrivals (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`,
+pure): two steps of one kind with as many arrivals cost the same, so each (kind, number of
+arrivals) is counted once (:class:`ServerCost`, shared by the runs of a session) and the
+shadow is only stepped after. The kinds the shipped algorithms name:
+
+* ``"aggregate"``: FedAvg (the weighted average of the deltas, then ``w + lr * step``) and
+  every subclass that keeps its server step;
+* ``"append"`` / ``"flush"`` (``"flush xN"`` when one call fills the buffer ``N`` times):
+  FedBuff (:mod:`fedclock.algorithms.fedbuff`);
+* ``"mix"``: FedAsync's sequential mixing, every arrival mixed into the model; with
+  ``window: stale_mix_mean`` ``"mix N stale"``, the ``N`` stale arrivals mixed with the
+  model before the mean (:mod:`fedclock.algorithms.fedasync`).
+
+An algorithm that names none (None, the default) has every step counted on the shadow: exact
+whatever its state (LGA's and PLGA's leap, only for stale arrivals; FedCR's steps;
+FedPAC's QPs, which run in every sync round). A kind is only trusted from the class that
+defines the server step: a subclass that overrides ``server_receive`` without naming kinds
+again is counted step by step (:func:`declares_kinds`).
 
 **Work outside PyTorch** cannot run on meta tensors and is charged by a formula the
 algorithm states: :meth:`~fedclock.algorithms.base.Algorithm.server_formula_flops` (FedPAC's
@@ -130,6 +162,29 @@ def upload_template(algorithm: Algorithm, input_dtype: torch.dtype = torch.float
     return out
 
 
+def meta_state(algorithm: Algorithm) -> tuple[Algorithm, ServerState]:
+    """A copy of the algorithm on the meta device and its initial server state there (what a
+    counted or followed step runs on; the algorithm itself is not touched)."""
+    work = copy.deepcopy(algorithm)
+    work._workspace = None
+    state = work.init_server(torch.Generator().manual_seed(0))
+    state = ServerState(tensors=_to_meta(state.tensors), version=state.version, extra=_to_meta(state.extra))
+    work.to(META)
+    return work, state
+
+
+def run_step(work: Algorithm, state: ServerState, batch: list[Arrival], count: bool) -> tuple[ServerState, int]:
+    """One server step of ``work`` (on the meta device) on ``batch`` from ``state``: the new
+    state and, with ``count``, the FLOPs of its torch code plus the algorithm's formula for
+    work outside PyTorch (module docstring); without, 0."""
+    counter = FlopCounterMode(display=False, custom_mapping=ELEMENTWISE) if count else contextlib.nullcontext()
+    with _masks_all_true(), counter, MetaRun(boolean=True):
+        new, _ = work.receive(state, batch, torch.Generator().manual_seed(0))
+    if not isinstance(counter, FlopCounterMode):
+        return new, 0
+    return new, int(counter.get_total_flops()) + int(work.server_formula_flops(len(batch)))
+
+
 def count_server_step(algorithm: Algorithm, arrivals: int, upload: Tensors | None = None,
                       num_samples: int | None = None) -> int:
     """FLOPs of one server step folding ``arrivals`` uploads (from distinct clients, each of
@@ -141,35 +196,97 @@ def count_server_step(algorithm: Algorithm, arrivals: int, upload: Tensors | Non
     if arrivals == 0:
         return 0
     template = upload_template(algorithm) if upload is None else upload
-    work = copy.deepcopy(algorithm)
-    work._workspace = None
-    state = work.init_server(torch.Generator().manual_seed(0))
-    state = ServerState(tensors=_to_meta(state.tensors), version=state.version, extra=_to_meta(state.extra))
-    work.to(META)
+    work, state = meta_state(algorithm)
     n = max(2, algorithm.params.batch_size) if num_samples is None else num_samples
     steps = algorithm.local_steps(n) if algorithm.partial_work else None
     batch = [Arrival(client=c, upload=dict(template), num_samples=n, version_dispatched=0, staleness=0, steps=steps)
              for c in range(arrivals)]
-    counter = FlopCounterMode(display=False, custom_mapping=ELEMENTWISE)
-    with _masks_all_true(), counter, MetaRun(boolean=True):
-        work.receive(state, batch, torch.Generator().manual_seed(0))
-    return int(counter.get_total_flops()) + int(algorithm.server_formula_flops(arrivals))
+    return run_step(work, state, batch, count=True)[1]
+
+
+def declares_kinds(algorithm: Algorithm) -> bool:
+    """Whether the algorithm's step kinds can be trusted: the class that names them
+    (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`) is the one that defines its
+    server step, or a subclass of it (a subclass with a server step of its own, naming no kinds
+    again, is counted step by step)."""
+    mro = type(algorithm).__mro__
+    namer = next(c for c in mro if "server_step_kind" in c.__dict__)
+    stepper = next(c for c in mro if "server_receive" in c.__dict__)
+    return namer is not Algorithm and issubclass(namer, stepper)
+
+
+@dataclass(frozen=True)
+class ArrivalInfo:
+    """What the clock knows of an arrival before the server step: enough to follow it
+    (``steps``: the local steps the clock assigned, None for the algorithm's full count)."""
+
+    client: int
+    num_samples: int
+    version_dispatched: int
+    staleness: int
+    steps: int | None = None
 
 
 @dataclass
 class ServerCost:
-    """The counted FLOPs of an algorithm's server step, by number of arrivals (cached: a run
-    sees few distinct cohort sizes)."""
+    """The counted FLOPs of an algorithm's server steps, by (step kind, number of arrivals),
+    shared by the runs of a session (module docstring); :meth:`follow` starts one run's
+    shadow."""
 
     algorithm: Algorithm
     input_dtype: torch.dtype = torch.float32
     _upload: Tensors | None = None
     _by_count: dict[int, int] = field(default_factory=dict)
+    by_kind: dict[tuple[Any, int], int] = field(default_factory=dict)
+    """FLOPs of each (kind, number of arrivals) counted so far."""
+
+    def upload(self) -> Tensors:
+        """The tensors one client task uploads, on the meta device (made once)."""
+        if self._upload is None:
+            self._upload = upload_template(self.algorithm, self.input_dtype)
+        return self._upload
 
     def flops(self, arrivals: int) -> int:
-        """FLOPs of one server step folding ``arrivals`` uploads."""
+        """FLOPs of one server step folding ``arrivals`` uploads into the *initial* state."""
         if arrivals not in self._by_count:
-            if self._upload is None and arrivals > 0:
-                self._upload = upload_template(self.algorithm, self.input_dtype)
-            self._by_count[arrivals] = count_server_step(self.algorithm, arrivals, self._upload)
+            self._by_count[arrivals] = count_server_step(self.algorithm, arrivals,
+                                                         self.upload() if arrivals > 0 else None)
         return self._by_count[arrivals]
+
+    def follow(self) -> "ServerSteps":
+        """A new run's shadow of the server, at its initial state."""
+        return ServerSteps(self)
+
+
+class ServerSteps:
+    """One run's server followed on meta tensors, step by step (module docstring): each
+    :meth:`step` is charged what it does from the state the server is in."""
+
+    def __init__(self, cost: ServerCost) -> None:
+        self.cost = cost
+        self.work, self.state = meta_state(cost.algorithm)
+        self.kinds = declares_kinds(cost.algorithm)
+        self.counted_steps = 0
+        """Steps counted under the FLOP counter (the others came from the cache)."""
+
+    def step(self, arrivals: list[ArrivalInfo]) -> int:
+        """FLOPs of the server step folding these arrivals (in the order the server gets them)
+        into the followed state, which then moves on as the server's does."""
+        if not arrivals:
+            return 0
+        upload = self.cost.upload()
+        local_steps = self.work.local_steps
+        batch = [Arrival(client=a.client, upload=dict(upload), num_samples=a.num_samples,
+                         version_dispatched=a.version_dispatched, staleness=a.staleness,
+                         steps=local_steps(a.num_samples) if a.steps is None else a.steps)
+                 for a in arrivals]
+        kind = self.work.server_step_kind(self.state, batch) if self.kinds else None
+        key = None if kind is None else (kind, len(batch))
+        if key is not None and key in self.cost.by_kind:
+            self.state, _ = run_step(self.work, self.state, batch, count=False)
+            return self.cost.by_kind[key]
+        self.state, flops = run_step(self.work, self.state, batch, count=True)
+        self.counted_steps += 1
+        if key is not None:
+            self.cost.by_kind[key] = flops
+        return flops

@@ -22,7 +22,7 @@ from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
-from fedclock.scenarios.run_costs import CountedCosts
+from fedclock.scenarios.run_costs import CountedCosts, server_flops
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
@@ -325,7 +325,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
                   disclose=scenario.selection.disclose, feasible=feasible,
-                  server_seconds=scenario.server.step_seconds(server_cost.flops))
+                  server_seconds=scenario.server.step_seconds(server_flops(server_cost)))
     reason = clock.run()
     if replay is not None:
         replay.finished()

@@ -11,12 +11,14 @@ cache outlives its session.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from fedclock.algorithms.base import Algorithm
-from fedclock.algorithms.server_cost import ServerCost
+from fedclock.algorithms.server_cost import ArrivalInfo, ServerCost, ServerSteps
 from fedclock.algorithms.task_cost import TaskCost
+from fedclock.scheduling.task import Task
 
 
 def cost_key(algorithm: Algorithm, input_dtype: torch.dtype) -> tuple[object, ...]:
@@ -44,8 +46,23 @@ class CountedCosts:
         return self.tasks[key]
 
     def server(self, algorithm: Algorithm, input_dtype: torch.dtype) -> ServerCost:
-        """The counted FLOPs of ``algorithm``'s server step, by number of arrivals."""
+        """The counted FLOPs of ``algorithm``'s server steps, by (step kind, number of arrivals)."""
         key = cost_key(algorithm, input_dtype)
         if key not in self.servers:
             self.servers[key] = ServerCost(algorithm, input_dtype)
         return self.servers[key]
+
+
+def server_flops(cost: ServerCost) -> Callable[[list[Task]], int]:
+    """FLOPs of each server step of one run, in the order the clock charges them: the run's
+    server followed from its initial state (:class:`~fedclock.algorithms.server_cost.ServerSteps`,
+    started at the first step, so a run whose server takes no time follows nothing)."""
+    followed: list[ServerSteps] = []
+
+    def flops(tasks: list[Task]) -> int:
+        if not followed:
+            followed.append(cost.follow())
+        return followed[0].step([ArrivalInfo(client=t.client, num_samples=t.num_samples, version_dispatched=t.version,
+                                             staleness=int(t.staleness or 0), steps=t.steps) for t in tasks])
+
+    return flops

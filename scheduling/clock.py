@@ -108,11 +108,11 @@ class Clock:
                  eval_at: Collection[int] = (), stateless_clients: bool = False,
                  selector: Selector | None = None, disclose: Collection[str] = (),
                  feasible: np.ndarray | None = None,
-                 server_seconds: Callable[[int], float] | None = None) -> None:
+                 server_seconds: Callable[[list[Task]], float] | None = None) -> None:
         self.kernel = Kernel()
         self.server_seconds = server_seconds
-        """Virtual seconds of a server step on ``k`` arrivals (:mod:`fedclock.scheduling.server_device`);
-        None: the step takes no time."""
+        """Virtual seconds of the server step on these arrivals, from the state the server is in
+        (:mod:`fedclock.scheduling.server_device`); None: the step takes no time."""
         self.env = self.kernel.env
         self.stateless_clients = stateless_clients
         """The algorithm keeps no client state: a task whose upload is known at dispatch to be

@@ -43,7 +43,7 @@ class ProtocolClock(Protocol):
     draining: dict[int, Task]
     drop_after: float | None
     cohort_quota: int | None
-    server_seconds: Callable[[int], float] | None
+    server_seconds: Callable[[list[Task]], float] | None
 
     def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None, start: bool = True) -> Task: ...
 
@@ -68,9 +68,11 @@ class ProtocolClock(Protocol):
     def set_refill(self, refill: Callable[[], None]) -> None: ...
 
 
-def server_step(clock: ProtocolClock, arrivals: int) -> Generator[simpy.Event, Any, None]:
-    """The server's step on ``arrivals`` results takes its virtual time before the new
-    version is published (``server.compute_gflops``, :mod:`fedclock.scheduling.server_device`);
+def server_step(clock: ProtocolClock, arrivals: list[Task]) -> Generator[simpy.Event, Any, None]:
+    """The server's step on ``arrivals`` (in the order it gets them, right before
+    :meth:`~ProtocolClock.aggregate` hands them over) takes its virtual time before the new
+    version is published (``server.compute_gflops``, :mod:`fedclock.scheduling.server_device`):
+    the seconds of *this* step, from the state the server is in (FedBuff's append or flush);
     nothing is waited without that setting or without arrivals."""
     if clock.server_seconds is not None and arrivals:
         yield clock.env.timeout(clock.server_seconds(arrivals))
@@ -136,8 +138,9 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
         late_inbox.clear()
         for t in late:
             t.staleness = clock.version - t.version
-        yield from server_step(clock, len(punctual) + len(late))
-        clock.aggregate(punctual + late)
+        arrived = punctual + late
+        yield from server_step(clock, arrived)
+        clock.aggregate(arrived)
         clock.round += 1
         if clock.stop.rounds is not None and clock.round >= clock.stop.rounds:
             clock.finish("rounds")
@@ -222,7 +225,7 @@ class AsyncSlots:
                 task = yield from arrivals.wait()
             clock.busy.pop(task.client, None)
             task.staleness = clock.version - task.version
-            yield from server_step(clock, 1)
+            yield from server_step(clock, [task])
             clock.aggregate([task])
             if clock.stop.versions is not None and clock.version >= clock.stop.versions:
                 clock.finish("versions")
@@ -324,7 +327,7 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
         due = sorted(ready, key=lambda t: (t.finishes_at, t.client, t.index))
         for task in due:
             task.staleness = clock.version - task.version
-        yield from server_step(clock, len(due))
+        yield from server_step(clock, due)
         clock.aggregate(due)
         clock.round += 1
         if clock.stop.versions is not None and clock.version >= clock.stop.versions:

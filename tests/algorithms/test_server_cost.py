@@ -7,11 +7,14 @@ import torch
 from pydantic import TypeAdapter
 from torch.utils.flop_counter import FlopCounterMode
 
+from fedclock.algorithms.base import Arrival, ServerState
+from fedclock.algorithms.fedasync import FedAsync
 from fedclock.algorithms.fedavg import FedAvg
+from fedclock.algorithms.fedbuff import FedBuff
 from fedclock.algorithms.fedpac import FedPAC
 from fedclock.algorithms.flop_count import META
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.server_cost import ELEMENTWISE, ServerCost, count_server_step
+from fedclock.algorithms.server_cost import ELEMENTWISE, ArrivalInfo, ServerCost, count_server_step, declares_kinds
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.algorithms.simplex_qp import qp_flops, solve_simplex_qp
 
@@ -80,3 +83,93 @@ def test_fedpac_charges_one_qp_per_member() -> None:
 def test_a_meta_qp_gives_uniform_weights() -> None:
     out = solve_simplex_qp(torch.empty(4, 4, device=META))
     assert out.device == META and out.shape == (4,)
+
+
+def _arrivals(clients: range, staleness: int = 0) -> list[ArrivalInfo]:
+    return [ArrivalInfo(client=c, num_samples=8, version_dispatched=0, staleness=staleness) for c in clients]
+
+
+def _fedbuff(server_optimizer: str | None = None) -> FedBuff:
+    alg = FedBuff(FedBuff.Params(batch_size=4, local_steps=1, buffer_size=3), MLP)
+    if server_optimizer is not None:
+        alg.server_optimizer = TypeAdapter(ServerOptimizerConfig).validate_python({"name": server_optimizer})
+    return alg
+
+
+def test_fedbuff_charges_the_append_then_the_flush() -> None:
+    """FedBuff, buffer K = 3, one arrival per step. An append is ``buffer + c(s) * delta`` (a
+    multiply and an add per parameter, 2 P); the K-th arrival also applies the buffer,
+    ``w + (eta / K) * buffer`` (2 P more; the cleared buffer is a fill, free): so arrivals
+    cost 2 P, 2 P, 4 P, and again. Counting from the initial state only (the old rule)
+    charged 2 P to all of them."""
+    steps = ServerCost(_fedbuff()).follow()
+    assert [steps.step(_arrivals(range(c, c + 1))) for c in range(7)] == [2 * P, 2 * P, 4 * P] * 2 + [2 * P]
+    assert steps.state.version == 2 and steps.counted_steps == 2  # one count per kind, then the cache
+
+
+def test_fedbuff_server_optimizer_is_charged_on_the_flush_only() -> None:
+    """With FedAdam the flush adds the optimizer's 13 P (see
+    :func:`test_a_server_optimizer_is_counted_too`); an append changes no model, so no
+    optimizer step runs: 2 P, 2 P, 17 P."""
+    steps = ServerCost(_fedbuff("adam")).follow()
+    assert [steps.step(_arrivals(range(c, c + 1))) for c in range(3)] == [2 * P, 2 * P, 17 * P]
+
+
+def test_fedbuff_step_kinds() -> None:
+    alg, state = _fedbuff(), ServerState(tensors={}, extra={"buffered": 2})
+    arrivals = [Arrival(client=c, upload={}, num_samples=1, version_dispatched=0, staleness=0) for c in range(4)]
+    assert [alg.server_step_kind(state, arrivals[:k]) for k in (0, 1, 4)] == ["append", "flush", "flush x2"]
+
+
+def test_sync_fedavg_pays_its_aggregate_every_round() -> None:
+    """Sync FedAvg, 3 arrivals a round: ``2 k P + 2 P`` = 8 P every round, counted once."""
+    steps = ServerCost(FedAvg(FedAvg.Params(batch_size=4, local_steps=1), MLP)).follow()
+    assert [steps.step(_arrivals(range(3))) for _ in range(3)] == [8 * P] * 3
+    assert steps.counted_steps == 1
+    by_steps = ServerCost(FedAvg(FedAvg.Params(batch_size=4, local_steps=1, weighting="steps"), MLP)).follow()
+    assert by_steps.step(_arrivals(range(3))) == 8 * P  # a full task's steps: the algorithm's count
+
+
+def test_fedasync_mixes_every_arrival() -> None:
+    """FedAsync (sequential): ``(1 - a) w + a w_k`` per arrival, two multiplies and an add
+    (3 P), whatever its staleness (the weight ``a`` is a number, not a tensor)."""
+    steps = ServerCost(FedAsync(FedAsync.Params(batch_size=4, local_steps=1), MLP)).follow()
+    assert [steps.step(_arrivals(range(c, c + 1), staleness=c)) for c in range(3)] == [3 * P] * 3
+
+
+def test_fedasync_window_mixes_only_its_stale_arrivals() -> None:
+    """FedAsync, ``window: stale_mix_mean``, two arrivals a window: the sample-weighted mean
+    costs a multiply and an add per model (4 P); each stale arrival is first mixed with the
+    model, ``a w_k + (1 - a) w`` (3 P). So 0, 1, 2 stale arrivals cost 4 P, 7 P, 10 P; a
+    window like an earlier one comes from the cache."""
+    steps = ServerCost(FedAsync(FedAsync.Params(batch_size=4, local_steps=1, window="stale_mix_mean"),
+                                MLP)).follow()
+    windows = ([0, 0], [0, 1], [1, 1], [0, 0])
+    flops = [steps.step([ArrivalInfo(client=c, num_samples=8, version_dispatched=0, staleness=s)
+                         for c, s in enumerate(w)]) for w in windows]
+    assert flops == [4 * P, 7 * P, 10 * P, 4 * P] and steps.counted_steps == 3
+
+
+def test_fedpac_names_no_kind_and_is_counted_every_round() -> None:
+    """FedPAC names no step kind: every round's step is counted on the followed state, its
+    QPs (``k qp_flops(k)``) included each time."""
+    alg = FedPAC(FedPAC.Params(batch_size=4, local_steps=1), MLP)
+    steps = ServerCost(alg).follow()
+    flops = [steps.step(_arrivals(range(3))) for _ in range(2)]
+    assert flops[0] == flops[1] == count_server_step(alg, 3, num_samples=8) and steps.counted_steps == 2
+
+
+class _OwnServerStep(FedAvg):
+    """A subclass with a server step of its own (not registered)."""
+
+    name = "own_server_step_test"
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        return state, False
+
+
+def test_kinds_are_trusted_only_from_the_class_of_the_server_step() -> None:
+    assert declares_kinds(_fedbuff()) and declares_kinds(FedAvg(FedAvg.Params(), MLP))
+    assert not declares_kinds(_OwnServerStep(FedAvg.Params(), MLP))
+    assert not declares_kinds(FedPAC(FedPAC.Params(), MLP))

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import simpy
 
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.experiment import run_scenario
+from fedclock.scheduling.devices import TaskTiming
 from fedclock.scheduling.server_device import ServerDevice
+from fedclock.scheduling.task import Task
 from tests.conftest import scenario
 
 P = 64 * 8 + 8 + 8 * 10 + 10
@@ -27,9 +30,11 @@ def _metrics(tmp_path: Path, name: str, **sections: object) -> pd.DataFrame:
 
 
 def test_step_seconds_by_hand() -> None:
-    assert ServerDevice().step_seconds(lambda k: 10**9) is None
-    seconds = ServerDevice(compute_gflops=2.0).step_seconds(lambda k: k * 10**9)
-    assert seconds is not None and seconds(3) == 1.5
+    task = Task(index=0, client=0, client_task=0, round=0, version=0, dispatched_at=0.0,
+                timing=TaskTiming(0.0, 0.0, 0.0), bytes_down=0, bytes_up=0, num_samples=1, env=simpy.Environment())
+    assert ServerDevice().step_seconds(lambda tasks: 10**9) is None
+    seconds = ServerDevice(compute_gflops=2.0).step_seconds(lambda tasks: len(tasks) * 10**9)
+    assert seconds is not None and seconds([task] * 3) == 1.5
 
 
 def test_sync_round_publishes_after_the_server_step(tmp_path: Path) -> None:
@@ -48,9 +53,10 @@ def test_sync_round_publishes_after_the_server_step(tmp_path: Path) -> None:
 
 
 def test_async_arrival_publishes_after_the_server_step(tmp_path: Path) -> None:
-    """Async FedAvg, one slot: each arrival's step (one delta: ``P`` for the add with weight 1,
-    ``2 P`` for ``w + lr * step``) delays its version by ``3 P / speed``; the next dispatch
-    waits for it, so version v comes ``v`` steps later."""
+    """Async FedAsync, one slot: each arrival's step (``(1 - a) w + a w_k``: two multiplies
+    and an add, ``3 P``, counted by hand in tests/algorithms/test_server_cost.py) delays its
+    version by ``3 P / speed``; the next dispatch waits for it, so version v comes ``v`` steps
+    later."""
     common = dict(population={"num_clients": 3, "clients": DEVICES}, algorithm={"name": "fedasync", "local_steps": 2,
                                                                                   "batch_size": 8},
                   mode={"type": "async", "concurrency": 1}, stop={"versions": 2})
@@ -58,7 +64,24 @@ def test_async_arrival_publishes_after_the_server_step(tmp_path: Path) -> None:
     slow = _metrics(tmp_path, "slow", **common, server={"compute_gflops": SPEED})
     assert slow.loc[2, "virtual_time"] - plain.loc[2, "virtual_time"] == pytest.approx(
         2 * (slow.loc[1, "virtual_time"] - plain.loc[1, "virtual_time"]), rel=1e-9)
-    assert slow.loc[1, "virtual_time"] > plain.loc[1, "virtual_time"]
+    assert slow.loc[1, "virtual_time"] - plain.loc[1, "virtual_time"] == pytest.approx(3 * P / (SPEED * 1e9),
+                                                                                       rel=1e-9)
+
+
+def test_fedbuff_flush_is_charged_where_it_runs(tmp_path: Path) -> None:
+    """Async FedBuff, buffer K = 2, one slot, identical clients: version 1 comes after two
+    arrivals, the first only appended (``buffer + c(s) delta``: 2 P), the second appended
+    and flushed (``w + (eta / K) buffer``: 2 P more; counted by hand in
+    tests/algorithms/test_server_cost.py). Each step delays the next dispatch, so version 1
+    is published ``(2 P + 4 P) / speed`` later than without a server speed. Charging every
+    arrival the first step's cost (the append, as before per-step counting) gives 4 P."""
+    common = dict(population={"num_clients": 3, "clients": DEVICES},
+                  algorithm={"name": "fedbuff", "local_steps": 2, "batch_size": 8, "buffer_size": 2},
+                  mode={"type": "async", "concurrency": 1}, stop={"versions": 1})
+    plain = _metrics(tmp_path, "plain", **common)
+    slow = _metrics(tmp_path, "slow", **common, server={"compute_gflops": SPEED})
+    assert slow.loc[1, "virtual_time"] - plain.loc[1, "virtual_time"] == pytest.approx(6 * P / (SPEED * 1e9),
+                                                                                       rel=1e-9)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", ".nan", "fast"])
