@@ -34,7 +34,8 @@ from fedclock.scenarios.participation import Participation
 from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_disk
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
-from fedclock.scenarios.schema import AsyncMode, Scenario, SyncMode
+from fedclock.scenarios.schema import Scenario
+from fedclock.scheduling.modes import AsyncMode, SyncMode
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.population import PopulationConfig, client_classes, population_availability
 from fedclock.scheduling.devices import Devices, task_timing

@@ -39,7 +39,8 @@ from fedclock.scenarios.plugins import PluginError, algorithm_class, availabilit
 from fedclock.scenarios.selection_config import resolve_selection, selection_problem
 from fedclock.scenarios.dataset_specs import DATASET_NAMES
 from fedclock.scenarios.datasets import check_loader
-from fedclock.scenarios.schema import AlgorithmConfig, Scenario, ServerOptimizerConfig, ServerOptimizerSection
+from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
+from fedclock.scenarios.schema import AlgorithmConfig, Scenario, ServerOptimizerSection
 
 DISCRIMINATORS = ("type", "name", "dist")
 _RELATIVE_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")

@@ -14,53 +14,28 @@ from typing import TYPE_CHECKING, Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
-# them into the file format and re-exports them under their old names here.
+# them into the file format (import them from their own modules).
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
-from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
-                                            RuntimeConfig)
+from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
 from fedclock.scenarios.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, FILE_DATASETS, FILE_FORMATS,
                                              FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE)
-from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
-                                                     MarkovOnOff, PeriodicMissing, TraceAvailability, TracePath)
-from fedclock.scheduling.completeness_connectivity import (BetaFraction, ChoiceFraction, CompletenessConfig,
-                                                           ConnectivityConfig, FixedFraction, FractionDistribution,
-                                                           FullWork, PerSecondLoss, PerTaskLoss, RandomFraction,
-                                                           Reliable, TimeBudget, UniformFraction, UnitFraction,
-                                                           can_lose)
-from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceDistributions, Distribution,
-                                               LogNormalDist, LogUniformDist, UniformDist)
-from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRange, PositiveFloat, StrictModel
-from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
-from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
+from fedclock.scheduling.completeness_connectivity import TimeBudget, can_lose
+from fedclock.scheduling.model_base import NonNegativeFloat, PositiveFloat, StrictModel
+from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode
+from fedclock.scheduling.lateness import check_clients, late_map
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
-from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
-from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
-                                                 OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
-                                                 TimelineEvent, timeline_problem)
+from fedclock.scheduling.population import PopulationConfig
+from fedclock.scheduling.timeline_events import TimelineEvent, timeline_problem
 
 __all__ = [
-    # Re-exported from the layers that own them.
-    "MAX_ACTOR_CPUS", "MAX_ACTOR_GPUS", "MAX_ACTORS", "MAX_THREADS", "MAX_VECTORIZE", "RuntimeConfig",
-    "AlwaysAvailable", "AvailabilityConfig", "DiurnalAvailability", "MarkovOnOff", "PeriodicMissing",
-    "TraceAvailability", "TracePath", "BetaFraction", "ChoiceFraction", "CompletenessConfig", "ConnectivityConfig",
-    "FixedFraction", "FractionDistribution", "FullWork", "PerSecondLoss", "PerTaskLoss", "RandomFraction", "Reliable",
-    "TimeBudget", "UniformFraction", "UnitFraction", "can_lose", "ChoiceDist", "ConstantDist", "DeviceDistributions",
-    "Distribution", "LogNormalDist", "LogUniformDist", "UniformDist", "Fraction", "NonNegativeFloat", "OrderedRange",
-    "PositiveFloat", "StrictModel", "AsyncMode", "ModeConfig", "StopConfig", "SyncMode", "WindowAggregation",
-    "SelectionConfig", "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup",
-    "CohortEvent",
-    "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
-    "TimelineEvent", "timeline_problem",
-    "ServerOptimizerConfig", "ServerOptimizerSection", "FileFormat",
-    "GeneratedFiles",
-    # Defined here.
-    "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES", "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES",
-    "IIDPartition", "DirichletPartition", "DirichletByClassPartition", "ShardsPartition", "PathologicalPartition",
-    "ClassSamplingPartition", "NaturalPartition", "PartitionConfig", "DatasetName",
-    "DomainsConfig", "DatasetConfig", "ModelConfig", "LinearEvalConfig", "EvaluationConfig", "OutputConfig",
-    "CKAAnalysis", "AlgorithmConfig", "evaluation_problem", "Scenario", "ShippedModel",
+    "ServerOptimizerSection", "FileFormat", "GeneratedFiles", "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES",
+    "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES", "IIDPartition", "DirichletPartition",
+    "DirichletByClassPartition", "ShardsPartition", "PathologicalPartition", "ClassSamplingPartition",
+    "NaturalPartition", "PartitionConfig", "DatasetName", "DomainsConfig", "DatasetConfig", "ModelConfig",
+    "LinearEvalConfig", "EvaluationConfig", "OutputConfig", "CKAAnalysis", "AlgorithmConfig", "evaluation_problem",
+    "Scenario", "ShippedModel",
 ]
 
 
