@@ -34,18 +34,29 @@ operation); a value read on it gives 1.0 (and a boolean True, above), so a step 
 depends on the *values* of the weights is followed as if they were those. The shadow sees the
 arrivals the server applies, not the tasks it gives up on: an algorithm's failure hook
 (:meth:`~fedclock.algorithms.base.Algorithm.server_task_failed`; no shipped algorithm has
-one) is not followed. Every arrival's upload is shaped like the first task's (from the
-initial state's payload): an algorithm whose upload's make-up depends on the payload it was
-sent is followed as if every task were the first. SPFL is one (its first tasks upload the
-similarity refresh, later ones the update): its shadow sees refreshes only, each step charged
-as a refresh of that many arrivals, as before this followed state. A resumed run replays its
-clock from the start, so its shadow is the same as the uninterrupted run's.
+one) is not followed. **Each arrival's upload is shaped like what that task uploads**: when
+the clock dispatches a task it asks the shadow what the task will upload
+(:meth:`ServerSteps.upload_kind`: the signature, keys, shapes and dtypes, of the payload the
+algorithm's ``payload_for`` makes for that client from the followed state the server is in
+then), and the task carries that signature to its step; one upload per signature is made on
+meta tensors by the algorithm's ``client_update`` on such a payload and no client state
+(cached, shared by the runs of a session; an upload whose make-up depends on the client's
+state or on the payload's values is not followed: no shipped algorithm's does). With a
+payload every client shares, the signature is made once per step. SPFL needs this
+(:mod:`fedclock.algorithms.spfl`): the tasks of a similarity refresh are sent
+``refresh_from`` and upload ``refresh``, the others ``update`` (SPFL-w: ``weights``), and
+the refresh moves no server version, so only the followed state tells them apart: refresh
+steps and model updates are each charged their own work. An arrival given no signature (a
+direct call) is shaped like the first task's upload, from the initial state's payload. A
+resumed run replays its clock from the start, so its shadow is the same as the uninterrupted
+run's.
 
 **Step kinds, cached.** An algorithm may name the kind of work a step does, from the state
 before it and the arrivals (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`,
-pure): two steps of one kind with as many arrivals cost the same, so each (kind, number of
-arrivals) is counted once (:class:`ServerCost`, shared by the runs of a session) and the
-shadow is only stepped after. The kinds the shipped algorithms name:
+pure): two steps of one kind with as many arrivals, uploading alike, cost the same, so each
+(kind, number of arrivals, their uploads) is counted once (:class:`ServerCost`, shared by
+the runs of a session) and the shadow is only stepped after. The kinds the shipped
+algorithms name:
 
 * ``"aggregate"``: FedAvg (the weighted average of the deltas, then ``w + lr * step``) and
   every subclass that keeps its server step;
@@ -71,8 +82,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 from torch.fx.experimental import _config as fx_config
@@ -146,13 +158,16 @@ def _masks_all_true() -> Iterator[None]:
         fx_config.meta_nonzero_assume_all_nonzero = before
 
 
-def upload_template(algorithm: Algorithm, input_dtype: torch.dtype = torch.float32) -> Tensors:
+def upload_template(algorithm: Algorithm, input_dtype: torch.dtype = torch.float32,
+                    payload: Tensors | None = None) -> Tensors:
     """The tensors one client task uploads (on the meta device), from a counted-style run of
-    the algorithm's ``client_update`` on one batch of meta data."""
+    the algorithm's ``client_update`` on one batch of meta data, sent ``payload`` (default:
+    client 0's payload from the initial server state)."""
     work = copy.deepcopy(algorithm)
     work._workspace = None
-    rng = torch.Generator().manual_seed(0)
-    payload = _to_meta(work.payload_for(work.init_server(rng), 0))
+    if payload is None:
+        payload = work.payload_for(work.init_server(torch.Generator().manual_seed(0)), 0)
+    payload = _to_meta(payload)
     work.to(META)
     data = meta_data(max(2, algorithm.params.batch_size), tuple(algorithm.model_factory.input_shape),
                      input_dtype, None, algorithm.model_factory.target_shape)
@@ -204,6 +219,16 @@ def count_server_step(algorithm: Algorithm, arrivals: int, upload: Tensors | Non
     return run_step(work, state, batch, count=True)[1]
 
 
+UploadKind = tuple[tuple[str, tuple[int, ...], str], ...]
+"""What a task uploads, told by its payload's signature: (key, shape, dtype) of each tensor."""
+
+
+def payload_signature(payload: Tensors) -> UploadKind:
+    """The signature of a payload (its keys, shapes and dtypes, not its values), which tells
+    what the task sent it uploads (module docstring)."""
+    return tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(payload.items()))
+
+
 def declares_kinds(algorithm: Algorithm) -> bool:
     """Whether the algorithm's step kinds can be trusted: the class that names them
     (:meth:`~fedclock.algorithms.base.Algorithm.server_step_kind`) is the one that defines its
@@ -225,6 +250,9 @@ class ArrivalInfo:
     version_dispatched: int
     staleness: int
     steps: int | None = None
+    upload: Hashable | None = None
+    """What the task uploads (:meth:`ServerSteps.upload_kind` at its dispatch); None: the
+    first task's upload."""
 
 
 @dataclass
@@ -237,14 +265,26 @@ class ServerCost:
     input_dtype: torch.dtype = torch.float32
     _upload: Tensors | None = None
     _by_count: dict[int, int] = field(default_factory=dict)
-    by_kind: dict[tuple[Any, int], int] = field(default_factory=dict)
-    """FLOPs of each (kind, number of arrivals) counted so far."""
+    _uploads: dict[Hashable, Tensors] = field(default_factory=dict)
+    by_kind: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    """FLOPs of each (kind, number of arrivals, their upload kinds) counted so far."""
 
     def upload(self) -> Tensors:
         """The tensors one client task uploads, on the meta device (made once)."""
         if self._upload is None:
             self._upload = upload_template(self.algorithm, self.input_dtype)
         return self._upload
+
+    def upload_of(self, kind: Hashable | None, payload: Tensors | None = None) -> Tensors:
+        """The tensors a task of this upload kind uploads, on the meta device (made once per
+        kind, from ``payload``, a payload of that signature; None: the first task's)."""
+        if kind is None:
+            return self.upload()
+        if kind not in self._uploads:
+            if payload is None:
+                raise KeyError(f"upload kind {kind} was never told at a dispatch")
+            self._uploads[kind] = upload_template(self.algorithm, self.input_dtype, payload)
+        return self._uploads[kind]
 
     def flops(self, arrivals: int) -> int:
         """FLOPs of one server step folding ``arrivals`` uploads into the *initial* state."""
@@ -268,20 +308,52 @@ class ServerSteps:
         self.kinds = declares_kinds(cost.algorithm)
         self.counted_steps = 0
         """Steps counted under the FLOP counter (the others came from the cache)."""
+        self.steps_done = 0
+        """Server steps followed so far."""
+        self.before: ServerState = self.state
+        """The followed state before the last step (the server's own until it publishes the
+        step's result, after the step's time)."""
+        self._shared: dict[int, UploadKind] = {}
+        """With a payload shared by every client: the upload kind after so many steps."""
+
+    def upload_kind(self, client: int, server_steps: int) -> UploadKind:
+        """What a task dispatched now to ``client`` uploads, from the state the server is in
+        after ``server_steps`` steps (the followed one, or the one before it while the last
+        step still takes its time): the signature of its payload (module docstring)."""
+        shared = self.work.payload_is_shared
+        if shared and server_steps in self._shared:
+            return self._shared[server_steps]
+        if server_steps == self.steps_done:
+            state = self.state
+        elif server_steps == self.steps_done - 1:
+            state = self.before
+        else:
+            raise ValueError(f"server_steps: {server_steps} (followed: {self.steps_done - 1} or {self.steps_done})")
+        with MetaRun(boolean=True):
+            payload = self.work.payload_for(state, client)
+        kind = payload_signature(payload)
+        self.cost.upload_of(kind, payload)
+        if shared:
+            self._shared = {k: v for k, v in self._shared.items() if k >= server_steps - 1}
+            self._shared[server_steps] = kind
+        return kind
 
     def step(self, arrivals: list[ArrivalInfo]) -> int:
         """FLOPs of the server step folding these arrivals (in the order the server gets them)
         into the followed state, which then moves on as the server's does."""
         if not arrivals:
             return 0
-        upload = self.cost.upload()
+        upload_of = self.cost.upload_of
         local_steps = self.work.local_steps
-        batch = [Arrival(client=a.client, upload=dict(upload), num_samples=a.num_samples,
+        batch = [Arrival(client=a.client, upload=dict(upload_of(a.upload)), num_samples=a.num_samples,
                          version_dispatched=a.version_dispatched, staleness=a.staleness,
                          steps=local_steps(a.num_samples) if a.steps is None else a.steps)
                  for a in arrivals]
         kind = self.work.server_step_kind(self.state, batch) if self.kinds else None
-        key = None if kind is None else (kind, len(batch))
+        key = None if kind is None else (kind, len(batch), tuple(sorted(Counter(a.upload for a in arrivals).items(),
+                                                                        key=repr)))
+        self.before = self.state
+        self.steps_done += 1
         if key is not None and key in self.cost.by_kind:
             self.state, _ = run_step(self.work, self.state, batch, count=False)
             return self.cost.by_kind[key]

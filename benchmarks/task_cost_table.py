@@ -52,8 +52,8 @@ def round_seconds(run: Scenario, algorithm: Algorithm, cost: TaskCost, samples: 
 
 def row(run: Scenario, input_shape: tuple[int, ...], classes: int, samples: int) -> str:
     factory = ModelFactory(run.model.name, input_shape, classes, tuple(run.model.hidden),
-                           builder=model_builder(run.model.name))
-    algorithm = algorithm_class(run.algorithm.name)(run.algorithm.params, factory)
+                           builder=model_builder(run.model.name, run.plugin_dir))
+    algorithm = algorithm_class(run.algorithm.name, run.plugin_dir)(run.algorithm.params, factory)
     algorithm.num_clients = run.population.num_clients
     cost = TaskCost(algorithm)
     gflop = float(cost.flops(samples)) / 1e9

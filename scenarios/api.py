@@ -92,7 +92,7 @@ def modules_to_ship(runs: Iterable[Scenario]) -> list[str]:
         for kind, name, builtin in (("algorithm", s.algorithm.name, ALGORITHMS), ("model", s.model.name, MODEL_NAMES),
                                     ("dataset", s.dataset.name, DATASET_NAMES)):
             if name not in builtin:
-                ship = find(kind, name).ship  # already imported by the loader: found in sys.modules
+                ship = find(kind, name, s.plugin_dir).ship  # beside the run's own scenario file first
                 if ship is not None:
                     paths.add(ship)
     return sorted(paths)

@@ -38,7 +38,8 @@ from fedclock.scenarios.datasets import Dataset, DatasetError, data_root
 from fedclock.scenarios.fedscale_csv import read_fedscale_csv
 from fedclock.scenarios.leaf import read_leaf
 from fedclock.scenarios.leaf_generate import write_leaf
-from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.partition_config import NaturalPartition
+from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
 from fedclock.scenarios.tff_h5 import read_tff_h5
 from fedclock.scenarios.user_data import UserData

@@ -104,14 +104,15 @@ def data_root(cfg: DatasetConfig) -> Path:
     return Path.home() / ".fedclock" / "data"
 
 
-def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Path | None = None) -> Dataset:
     """Load ``cfg.name`` into memory, deterministically from ``seed``, with the loader its
     spec names (:mod:`fedclock.scenarios.dataset_specs`), or a user's loader. ``num_clients``
-    is only used by datasets with their own client split (synthetic). Raises
+    is only used by datasets with their own client split (synthetic); ``plugin_dir`` (the
+    scenario file's folder) is where a user's loader is looked for first. Raises
     :class:`DatasetError` for missing or broken files."""
     spec = DATASETS.get(cfg.name)
     if spec is None:
-        return _user_dataset(cfg, seed, num_clients)
+        return _user_dataset(cfg, seed, num_clients, plugin_dir)
     if spec.loader is None:  # pragma: no cover - the schema asks for dataset.format, the federation for domains
         raise DatasetError(f"dataset.format: {cfg.name} is read from client files or by domains, not loaded whole")
     dataset: Dataset = spec.load_function()(cfg, seed, num_clients)
@@ -166,14 +167,14 @@ def check_loader(name: str, loader: Any) -> None:
                           f"none, or only {' and '.join(LOADER_ARGUMENTS)}")
 
 
-def _user_dataset(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+def _user_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Path | None) -> Dataset:
     """A user's dataset (``dataset.name: module:attribute`` or an entry point): the loader
     returns a mapping with ``x_train``, ``y_train``, ``x_test``, ``y_test`` (NumPy arrays or
     tensors; labels are class indices 0..C-1) and optionally ``client_ids`` (one client id
     0..K-1 per training sample, for ``partition: {type: natural}``) and ``num_classes``
     (default: the largest label + 1). Inputs are used as given (no scaling);
     ``max_train_samples`` keeps a seeded random subset of the training pool."""
-    loader = find("dataset", cfg.name, builtin=DATASET_NAMES).obj
+    loader = find("dataset", cfg.name, plugin_dir, DATASET_NAMES).obj
     accepted = _accepted_arguments(loader)
     given = {"seed": seed, "num_clients": num_clients}
     raw = loader(**{k: v for k, v in given.items() if k in accepted})

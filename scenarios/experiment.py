@@ -22,7 +22,7 @@ from fedclock.algorithms.compressed import with_links
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
-from fedclock.scenarios.run_costs import CountedCosts, server_flops
+from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
@@ -79,10 +79,11 @@ class RunSummary:
 
 def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     """Instantiate the scenario's algorithm for the federation's input shape and classes."""
+    builder = model_builder(scenario.model.name, scenario.plugin_dir)
     factory = ModelFactory(scenario.model.name, federation.input_shape, federation.num_classes,
-                           tuple(scenario.model.hidden), builder=model_builder(scenario.model.name),
+                           tuple(scenario.model.hidden), builder=builder,
                            target_shape=tuple(federation.y.shape[1:]))
-    cls = algorithm_class(scenario.algorithm.name)
+    cls = algorithm_class(scenario.algorithm.name, scenario.plugin_dir)
     if factory.target_shape and not cls.per_token_targets:
         allowed = ", ".join(n for n in algorithm_names() if get_algorithm(n).per_token_targets)
         raise PluginError(f"algorithm.name: {cls.name} does not train on per-token targets ({federation.dataset_name} "
@@ -207,7 +208,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     started = time.perf_counter()
     seed = scenario.seed
     if federation is None:
-        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed)
+        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed, scenario.plugin_dir)
     algorithm = make_algorithm(scenario, federation)
     mark = fingerprint(resolved_dict(scenario))
     checkpoint = None
@@ -292,7 +293,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     session.clients_evaluated = writer.clients_evaluated
     writer.participation = Participation(federation.client_sizes())
-    selector = build_selector(scenario.selection, seed)
+    selector = build_selector(scenario.selection, seed, scenario.plugin_dir)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
         session.after_evaluation = CKAAtVersions(scenario, algorithm, federation, session, out_dir,
@@ -320,13 +321,15 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                                       resume=checkpoint, on_switch=switched,
                                       log_losses=selector is not None and selector.reads_loss)
         backend = replay
+    followed = FollowedServer(server_cost)
+    server_seconds = scenario.server.step_seconds(followed.flops)
     clock = Clock(devices=timeline.devices, availability=timeline.availability, client_sizes=federation.client_sizes(),
                   costs=costs, mode=scenario.mode, stop=scenario.stop, eval_every=scenario.evaluation.every,
                   backend=backend, recorder=writer, seed=seed, work_and_links=work_and_links, script=timeline,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
                   disclose=scenario.selection.disclose, feasible=feasible,
-                  server_seconds=scenario.server.step_seconds(server_flops(server_cost)))
+                  server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind)
     reason = clock.run()
     if replay is not None:
         replay.finished()

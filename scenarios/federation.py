@@ -15,6 +15,8 @@ seed only.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -24,14 +26,16 @@ from fedclock.scenarios.client_split import client_test_split
 from fedclock.scenarios.dataset_specs import DOMAINS
 from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.partitions import partition_indices
-from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.partition_config import NaturalPartition
+from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["Federation", "build_federation"]
 
 
-def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federation:
-    """Load ``cfg``'s dataset and split it among ``num_clients`` clients.
+def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir: Path | None = None) -> Federation:
+    """Load ``cfg``'s dataset and split it among ``num_clients`` clients (a user's dataset
+    loader is looked for in ``plugin_dir`` first, the scenario file's folder).
 
     Raises :class:`DatasetError` (one line naming the scenario field) when files are
     missing or broken, when the partition cannot be drawn, or when a client would be left
@@ -42,7 +46,8 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federat
         from fedclock.scenarios.domains import build_domain_federation
 
         return build_domain_federation(cfg, num_clients, seed)
-    ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else load_dataset(cfg, seed, num_clients)
+    ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else \
+        load_dataset(cfg, seed, num_clients, plugin_dir)
     if ds.natural_tests is not None and ds.natural_clients is not None:
         return _with_own_tests(ds)
     if isinstance(cfg.partition, NaturalPartition):

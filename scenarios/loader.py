@@ -35,7 +35,7 @@ from fedclock.algorithms.registry import ALGORITHMS, algorithm_names, get_algori
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
-from fedclock.scenarios.plugins import PluginError, algorithm_class, availability_class, find, from_object
+from fedclock.scenarios.plugins import PluginError, algorithm_class, find, from_object, variant_class
 from fedclock.scenarios.selection_config import resolve_selection, selection_problem
 from fedclock.scenarios.dataset_specs import DATASET_NAMES
 from fedclock.scenarios.datasets import check_loader
@@ -386,7 +386,7 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None, impo
             raise ScenarioError(f"{where}: {exc}") from None
     try:
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir,
-                                                          "plugins": partial(availability_class, base_dir=base_dir)})
+                                                          "plugins": partial(variant_class, base_dir=base_dir)})
     except ValidationError as exc:
         raise ScenarioError(f"{where}: {format_error(exc, Scenario)}") from None
     _no_bool_numbers(scenario, {k: v for k, v in data.items() if k != "algorithm"}, where)

@@ -5,6 +5,8 @@ Each scheme first decides an owner client for every sample (``-1`` for samples n
 uses) and then groups indices by owner, so every returned array is sorted, the arrays are
 disjoint, and their dtype is int64. Only classes present in ``labels`` count as classes.
 The ``natural`` partition is the dataset's own split and is handled by the federation.
+Each setting (:mod:`fedclock.scenarios.partition_config`) calls its scheme's function here
+from its ``owners``.
 
 The schemes, and the paper each follows:
 
@@ -22,7 +24,7 @@ The schemes, and the paper each follows:
   He@alpha and of FedMRUR's Dir(mu)). Clients are filled in id order. **When a class
   runs out** the client's still-missing samples are drawn from ``q_k`` renormalized over the
   classes left (if ``q_k`` gives those no mass at all, in proportion to what remains of them); so the last clients
-  also take what earlier clients left over. See :func:`_dirichlet`.
+  also take what earlier clients left over. See :func:`dirichlet_owners`.
 * ``dirichlet_by_class``: every class is split across the clients by shares drawn from
   ``Dir(alpha)`` over clients (the scheme of many FL code bases; client sizes vary with
   alpha), redrawn until every client holds ``min_samples``.
@@ -55,16 +57,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedclock.scenarios.schema import (ClassSamplingPartition, DirichletByClassPartition, DirichletPartition,
-                                       IIDPartition, NaturalPartition, PartitionConfig, PathologicalPartition,
-                                       ShardsPartition)
-
-__all__ = ["partition_indices"]
+from typing import Protocol
 
 _DIRICHLET_TRIES = 1000
 
 
-def partition_indices(labels: np.ndarray, num_clients: int, cfg: PartitionConfig,
+class Partition(Protocol):
+    """What :func:`partition_indices` needs of a partition setting
+    (:class:`fedclock.scenarios.partition_config.PartitionModel`)."""
+
+    def owners(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> np.ndarray:
+        """Every sample's owner client (``-1``: unused)."""
+
+
+def partition_indices(labels: np.ndarray, num_clients: int, cfg: Partition,
                       rng: np.random.Generator) -> list[np.ndarray]:
     """Split ``range(len(labels))`` among ``num_clients`` clients following ``cfg``.
 
@@ -79,36 +85,7 @@ def partition_indices(labels: np.ndarray, num_clients: int, cfg: PartitionConfig
     if num_clients > n:
         raise ValueError(f"population.num_clients: {num_clients} clients but the training pool has only {n} "
                          "samples; use fewer clients or a larger dataset")
-    if isinstance(cfg, IIDPartition):
-        owner = np.empty(n, dtype=np.int64)
-        owner[rng.permutation(n)] = _even_owners(n, np.arange(num_clients))
-    elif isinstance(cfg, DirichletPartition):
-        owner = _dirichlet(labels, num_clients, cfg.alpha, rng, cfg.concentration == "per_class")
-    elif isinstance(cfg, DirichletByClassPartition):
-        owner = _dirichlet_by_class(labels, num_clients, cfg, rng)
-    elif isinstance(cfg, ShardsPartition):
-        owner = _shards(labels, num_clients, cfg.shards_per_client, rng)
-    elif isinstance(cfg, PathologicalPartition):
-        classes = _classes(labels, cfg.classes_per_client, "pathological")
-        k = cfg.classes_per_client
-        order = rng.permutation(classes)
-        first = np.arange(num_clients) * (k if cfg.label_sets == "blocks" else 1)
-        slots = (first[:, None] + np.arange(k)[None, :]) % len(classes)
-        owner = _deal(labels, order[slots], rng)
-    elif isinstance(cfg, ClassSamplingPartition):
-        classes = _classes(labels, cfg.classes_per_client, "class_sampling")
-        k = cfg.classes_per_client
-        if cfg.shared:
-            held = np.broadcast_to(rng.choice(classes, size=k, replace=False), (num_clients, k))
-        else:
-            held = _sample_classes(classes, num_clients, k, rng)
-        owner = _class_parts(labels, held, rng)
-    elif isinstance(cfg, NaturalPartition):
-        raise ValueError("dataset.partition: 'natural' uses the dataset's own client split "
-                         "(build_federation handles it), not a label-based split")
-    else:  # pragma: no cover - the schema's union is closed
-        raise ValueError(f"dataset.partition: unknown partition {cfg!r}")
-    return _group(owner, num_clients)
+    return _group(cfg.owners(labels, num_clients, rng), num_clients)
 
 
 def _group(owner: np.ndarray, num_clients: int) -> list[np.ndarray]:
@@ -119,7 +96,7 @@ def _group(owner: np.ndarray, num_clients: int) -> list[np.ndarray]:
     return [part.copy() for part in np.split(order, np.cumsum(counts)[:-1])]
 
 
-def _even_owners(count: int, holders: np.ndarray) -> np.ndarray:
+def even_owners(count: int, holders: np.ndarray) -> np.ndarray:
     """Owners for ``count`` shuffled samples split as evenly as possible among
     ``holders`` (the first ``count % len(holders)`` get one more)."""
     h = len(holders)
@@ -127,7 +104,7 @@ def _even_owners(count: int, holders: np.ndarray) -> np.ndarray:
     return np.repeat(holders, sizes)
 
 
-def _classes(labels: np.ndarray, per_client: int, scheme: str) -> np.ndarray:
+def pool_classes(labels: np.ndarray, per_client: int, scheme: str) -> np.ndarray:
     classes = np.unique(labels)
     if per_client > len(classes):
         raise ValueError(f"dataset.partition.classes_per_client: {per_client} exceeds the {len(classes)} classes "
@@ -135,7 +112,7 @@ def _classes(labels: np.ndarray, per_client: int, scheme: str) -> np.ndarray:
     return classes
 
 
-def _deal(labels: np.ndarray, held: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def deal(labels: np.ndarray, held: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``held[i]`` are client i's classes; each class's samples are split evenly among
     the clients holding it. Samples of classes nobody holds get owner ``-1``."""
     num_clients, k = held.shape
@@ -147,11 +124,11 @@ def _deal(labels: np.ndarray, held: np.ndarray, rng: np.random.Generator) -> np.
     for c in np.unique(flat_classes):
         lo, hi = np.searchsorted(flat_classes, c, "left"), np.searchsorted(flat_classes, c, "right")
         members = rng.permutation(np.flatnonzero(labels == c))
-        owner[members] = _even_owners(len(members), flat_clients[lo:hi])
+        owner[members] = even_owners(len(members), flat_clients[lo:hi])
     return owner
 
 
-def _sample_classes(classes: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -> np.ndarray:
+def sample_classes(classes: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """Each client draws ``k`` distinct classes uniformly at random: (num_clients, k)."""
     rows = []
     chunk = max(1, (1 << 22) // len(classes))  # bound memory for very many clients
@@ -161,34 +138,34 @@ def _sample_classes(classes: np.ndarray, num_clients: int, k: int, rng: np.rando
     return classes[np.concatenate(rows)]
 
 
-def _dirichlet_by_class(labels: np.ndarray, num_clients: int, cfg: DirichletByClassPartition,
-                        rng: np.random.Generator) -> np.ndarray:
+def dirichlet_by_class_owners(labels: np.ndarray, num_clients: int, alpha: float, min_samples: int,
+                              rng: np.random.Generator) -> np.ndarray:
     """Per class, client shares ~ Dir(alpha); redraw until every client holds at least
     ``min_samples``."""
     n = len(labels)
-    need = num_clients * cfg.min_samples
+    need = num_clients * min_samples
     if need > n:
-        raise ValueError(f"dataset.partition.min_samples: {num_clients} clients x {cfg.min_samples} samples need "
+        raise ValueError(f"dataset.partition.min_samples: {num_clients} clients x {min_samples} samples need "
                          f"{need} training samples but the pool has {n}; lower min_samples or use fewer clients")
     members = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
     for _ in range(_DIRICHLET_TRIES):
         counts = np.empty((len(members), num_clients), dtype=np.int64)
         for row, idx in enumerate(members):
-            share = rng.dirichlet(np.full(num_clients, cfg.alpha))
+            share = rng.dirichlet(np.full(num_clients, alpha))
             cuts = (np.cumsum(share) * len(idx)).astype(np.int64)[:-1]
             counts[row] = np.diff(np.concatenate([[0], np.minimum(cuts, len(idx)), [len(idx)]]))
-        if counts.sum(axis=0).min() >= cfg.min_samples:
+        if counts.sum(axis=0).min() >= min_samples:
             owner = np.empty(n, dtype=np.int64)
             for row, idx in enumerate(members):
                 owner[idx] = np.repeat(np.arange(num_clients), counts[row])
             return owner
-    raise ValueError(f"dataset.partition.alpha: Dirichlet(alpha={cfg.alpha}) left some client with fewer than "
-                     f"min_samples={cfg.min_samples} samples in {_DIRICHLET_TRIES} draws; raise alpha, lower "
+    raise ValueError(f"dataset.partition.alpha: Dirichlet(alpha={alpha}) left some client with fewer than "
+                     f"min_samples={min_samples} samples in {_DIRICHLET_TRIES} draws; raise alpha, lower "
                      "min_samples or use fewer clients")
 
 
-def _dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
-               per_class: bool = False) -> np.ndarray:
+def dirichlet_owners(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
+                     per_class: bool = False) -> np.ndarray:
     """Hsu et al. 2019: client k draws ``q_k ~ Dir(alpha * p)`` (``per_class``:
     ``Dir(alpha * 1)``) and takes its equal share of samples without replacement with
     proportions ``q_k``; a class that runs out drops out of the proportions (module docstring)."""
@@ -229,7 +206,7 @@ def _draw_without_replacement(q: np.ndarray, size: int, remaining: np.ndarray,
     return take
 
 
-def _shards(labels: np.ndarray, num_clients: int, per_client: int, rng: np.random.Generator) -> np.ndarray:
+def shard_owners(labels: np.ndarray, num_clients: int, per_client: int, rng: np.random.Generator) -> np.ndarray:
     """McMahan et al. 2017: label-sorted shards of equal size, ``per_client`` each at random."""
     n = len(labels)
     count = num_clients * per_client
@@ -246,7 +223,7 @@ def _shards(labels: np.ndarray, num_clients: int, per_client: int, rng: np.rando
     return owner
 
 
-def _class_parts(labels: np.ndarray, held: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def class_parts(labels: np.ndarray, held: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """SPFL/PLGA App. B: every class cut at random into ``N`` equal parts (sizes differ by
     at most one); client ``n`` owns part ``n`` of each class in ``held[n]``."""
     num_clients = held.shape[0]
@@ -255,7 +232,7 @@ def _class_parts(labels: np.ndarray, held: np.ndarray, rng: np.random.Generator)
     holds[np.repeat(np.arange(num_clients), held.shape[1]), held.ravel()] = True
     for c in np.unique(held):
         members = rng.permutation(np.flatnonzero(labels == c))
-        part_of = _even_owners(len(members), rng.permutation(num_clients))  # who gets the +1s is random
+        part_of = even_owners(len(members), rng.permutation(num_clients))  # who gets the +1s is random
         mine = holds[part_of, c]
         owner[members[mine]] = part_of[mine]
     return owner

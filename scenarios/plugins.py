@@ -1,9 +1,9 @@
-"""A researcher's own algorithm, model, dataset, selector or availability model, named in a scenario file.
+"""A researcher's own algorithm, model, dataset, selector, availability model, device distribution or
+partition, named in a scenario file.
 
 Three ways to name one, tried in this order (``kind`` is ``algorithm``, ``model``,
-``dataset``, ``selection`` or ``availability``; the field is ``<kind>.name``, and
-``type`` of an availability section, which takes the second way only, see
-:func:`availability_class`):
+``dataset`` or ``selection``; the field is ``<kind>.name``; the tag of an availability model,
+a device distribution or a partition takes the second way only, see :func:`variant_class`):
 
 1. a shipped name (``fedavg``, ``mlp``, ``digits``): resolved by the caller, not here;
 2. ``module:attribute`` (the convention of entry points): the module is looked for beside
@@ -43,7 +43,6 @@ from typing import Any, Sequence
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS, algorithm_names
-from fedclock.scheduling.availability_config import AvailabilityModel
 from fedclock.scheduling.selection import Selector
 
 KINDS = ("algorithm", "model", "dataset", "selection")
@@ -146,10 +145,6 @@ def check(kind: str, name: str, obj: Any) -> None:
         if not (isinstance(obj, type) and issubclass(obj, Selector)) or obj.select is Selector.select:
             raise PluginError(f"{field}: {name} is not a subclass of fedclock.scheduling.selection.Selector with its "
                               f"own select(view, candidates, k) (got {_describe(obj)})")
-    elif kind == "availability":
-        if not (isinstance(obj, type) and issubclass(obj, AvailabilityModel)) or obj.build is AvailabilityModel.build:
-            raise PluginError(f"{field}: {name} is not a subclass of fedclock.scheduling.availability_config."
-                              f"AvailabilityModel with its own build(seed, client, traces) (got {_describe(obj)})")
     elif not callable(obj):
         what = "(input_shape, num_classes) -> nn.Module" if kind == "model" else \
             "() -> mapping with x_train, y_train, x_test, y_test"
@@ -280,12 +275,12 @@ def model_builder(name: str, base_dir: Path | None = None) -> Any:
     return find("model", name, base_dir, MODEL_NAMES).obj
 
 
-def availability_class(name: str, base_dir: Path | None = None) -> type[AvailabilityModel]:
-    """The :class:`~fedclock.scheduling.availability_config.AvailabilityModel` subclass a
-    ``module:attribute`` availability ``type`` names; a wrong name is a ValueError whose one
-    line starts with the field, relative to the availability section (``type: ...``)."""
+def variant_class(name: str, base_dir: Path | None = None) -> Any:
+    """The object a ``module:attribute`` variant tag names (an availability ``type``, a device
+    distribution's ``dist``, a partition's ``type``: :mod:`fedclock.scheduling.variants`
+    checks it is a subclass of the right base); a wrong name is a ValueError of one line
+    that the variant's validator prefixes with its key."""
     try:
-        obj: type[AvailabilityModel] = find("availability", name, base_dir).obj
+        return _from_reference("variant", name, base_dir).obj
     except PluginError as exc:
-        raise ValueError("type: " + str(exc).removeprefix("availability.name: ")) from None
-    return obj
+        raise ValueError(str(exc).removeprefix("variant.name: ")) from None

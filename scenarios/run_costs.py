@@ -11,12 +11,11 @@ cache outlives its session.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from fedclock.algorithms.base import Algorithm
-from fedclock.algorithms.server_cost import ArrivalInfo, ServerCost, ServerSteps
+from fedclock.algorithms.server_cost import ArrivalInfo, ServerCost, ServerSteps, UploadKind
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scheduling.task import Task
 
@@ -53,16 +52,27 @@ class CountedCosts:
         return self.servers[key]
 
 
-def server_flops(cost: ServerCost) -> Callable[[list[Task]], int]:
-    """FLOPs of each server step of one run, in the order the clock charges them: the run's
-    server followed from its initial state (:class:`~fedclock.algorithms.server_cost.ServerSteps`,
-    started at the first step, so a run whose server takes no time follows nothing)."""
-    followed: list[ServerSteps] = []
+@dataclass
+class FollowedServer:
+    """One run's server followed on meta tensors (:class:`~fedclock.algorithms.server_cost.ServerSteps`,
+    started when first asked, so a run whose server takes no time follows nothing): what each
+    task uploads, told at its dispatch (:meth:`upload_kind`, the clock's ``upload_kind``), and
+    the FLOPs of each server step in the order the clock charges them (:meth:`flops`)."""
 
-    def flops(tasks: list[Task]) -> int:
-        if not followed:
-            followed.append(cost.follow())
-        return followed[0].step([ArrivalInfo(client=t.client, num_samples=t.num_samples, version_dispatched=t.version,
-                                             staleness=int(t.staleness or 0), steps=t.steps) for t in tasks])
+    cost: ServerCost
+    _followed: ServerSteps | None = None
 
-    return flops
+    def _steps(self) -> ServerSteps:
+        if self._followed is None:
+            self._followed = self.cost.follow()
+        return self._followed
+
+    def upload_kind(self, client: int, server_steps: int) -> UploadKind:
+        """What a task dispatched now to ``client`` uploads, after ``server_steps`` server steps."""
+        return self._steps().upload_kind(client, server_steps)
+
+    def flops(self, tasks: list[Task]) -> int:
+        """FLOPs of the server step folding these arrivals into the followed state."""
+        return self._steps().step([ArrivalInfo(client=t.client, num_samples=t.num_samples, version_dispatched=t.version,
+                                               staleness=int(t.staleness or 0), steps=t.steps,
+                                               upload=t.upload_kind) for t in tasks])

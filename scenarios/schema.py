@@ -9,9 +9,9 @@ that algorithm's own typed ``Params`` model by the loader.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationInfo, model_validator
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
 # them into the file format (import them from their own modules).
@@ -23,6 +23,7 @@ from fedclock.scenarios.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, 
 from fedclock.scheduling.completeness_connectivity import TimeBudget, can_lose
 from fedclock.scheduling.model_base import NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode
+from fedclock.scenarios.partition_config import IIDPartition, NaturalPartition, PartitionConfig
 from fedclock.scheduling.lateness import check_clients, late_map
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
@@ -31,9 +32,7 @@ from fedclock.scheduling.timeline_events import TimelineEvent, timeline_problem
 
 __all__ = [
     "ServerOptimizerSection", "FileFormat", "GeneratedFiles", "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES",
-    "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES", "IIDPartition", "DirichletPartition",
-    "DirichletByClassPartition", "ShardsPartition", "PathologicalPartition", "ClassSamplingPartition",
-    "NaturalPartition", "PartitionConfig", "DatasetName", "DomainsConfig", "DatasetConfig", "ModelConfig",
+    "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES", "DatasetName", "DomainsConfig", "DatasetConfig", "ModelConfig",
     "LinearEvalConfig", "EvaluationConfig", "OutputConfig", "CKAAnalysis", "AlgorithmConfig", "evaluation_problem",
     "Scenario", "ShippedModel",
 ]
@@ -55,85 +54,6 @@ MAX_SYNTHETIC_VALUES = 200_000_000
 
 
 # --------------------------------------------------------------------------- data
-class IIDPartition(StrictModel):
-    """Samples shuffled and split evenly."""
-
-    type: Literal["iid"] = "iid"
-
-
-class DirichletPartition(StrictModel):
-    """Hsu, Qi, Brown 2019 (arXiv:1909.06335), Sec. 3: every client draws class proportions
-    q ~ Dir(alpha * p), p the class prior of the pool, and all clients hold the same number
-    of samples (see :mod:`fedclock.scenarios.partitions`). ``concentration: per_class`` draws
-    q ~ Dir(alpha, ..., alpha) instead (alpha per class, as most FL code bases read
-    "Dirichlet(alpha)"): K times milder than the total reading at the same alpha."""
-
-    type: Literal["dirichlet"]
-    alpha: PositiveFloat = 0.5
-    concentration: Literal["total", "per_class"] = "total"
-
-
-class DirichletByClassPartition(StrictModel):
-    """Every class is split across clients by shares drawn from Dir(alpha) over clients;
-    client sizes vary with alpha (redrawn until every client holds ``min_samples``)."""
-
-    type: Literal["dirichlet_by_class"]
-    alpha: PositiveFloat = 0.5
-    min_samples: Annotated[int, Field(ge=1)] = 4
-
-
-class ShardsPartition(StrictModel):
-    """McMahan et al. 2017, Sec. 3: sort by label, cut into num_clients x
-    ``shards_per_client`` equal shards, give every client ``shards_per_client`` shards at
-    random."""
-
-    type: Literal["shards"]
-    shards_per_client: Annotated[int, Field(ge=1)] = 2
-
-
-class PathologicalPartition(StrictModel):
-    """Each client holds exactly ``classes_per_client`` classes, dealt round-robin from one
-    random class order (so 50 clients x 2 of 10 classes fall into only 5 distinct label
-    sets; ``label_sets: sliding`` gives client c the classes c..c+k-1 instead, FedReCo's
-    code's rule); each class's samples are split evenly among its holders. McMahan et al.'s
-    scheme is ``shards``."""
-
-    type: Literal["pathological"]
-    classes_per_client: Annotated[int, Field(ge=1)]
-    label_sets: Literal["blocks", "sliding"] = Field(
-        default="blocks", description="blocks: client c holds classes c*k..c*k+k-1 of the random class order "
-        "(mod the number of classes); sliding: classes c..c+k-1 (as in FedReCo's code: as many label sets as classes)")
-
-
-class ClassSamplingPartition(StrictModel):
-    """SPFL/PLGA paper, App. B: every class is cut into num_clients equal parts; each client
-    draws ``classes_per_client`` classes (independently: non-IID; with ``shared: true`` one
-    draw for all: the paper's IID variant) and takes its own part of each."""
-
-    type: Literal["class_sampling"]
-    classes_per_client: Annotated[int, Field(ge=1)]
-    shared: bool = False
-
-
-class NaturalPartition(StrictModel):
-    """Use the dataset's own per-client split (Synthetic(alpha, beta), or every user of a
-    client-file format: LEAF, TFF HDF5, FedScale CSV). For client files, ``min_samples`` keeps
-    the users with at least that many samples (train + test, LEAF's ``-k``) and
-    ``sample_clients`` keeps that many of them drawn at random from the scenario seed."""
-
-    type: Literal["natural"]
-    min_samples: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="client files only: keep users with at least this many samples (train + test)")
-    sample_clients: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="client files only: keep this many users, drawn reproducibly from the seed")
-
-
-PartitionConfig = Annotated[
-    Union[IIDPartition, DirichletPartition, DirichletByClassPartition, ShardsPartition, PathologicalPartition,
-          ClassSamplingPartition, NaturalPartition],
-    Field(discriminator="type"),
-]
-
 if TYPE_CHECKING:  # a name, and mypy cannot read a Literal built from a tuple
     DatasetName = str
     FileFormat = str
@@ -402,6 +322,20 @@ class Scenario(StrictModel):
         "`fedclock list scenarios`)")
     server: ServerDevice = Field(default_factory=ServerDevice, description="the server's device: compute_gflops "
                                  "charges each server step its counted FLOPs (unset: no time)")
+    _plugin_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def plugin_dir(self) -> Path | None:
+        """The folder of the scenario file (None: none), where its ``module:attribute`` plugins
+        are looked for first (:mod:`fedclock.scenarios.plugins`); every lookup of a run passes
+        it, so a module of the same name beside another scenario is never taken instead."""
+        return self._plugin_dir
+
+    @model_validator(mode="after")
+    def _remember_plugin_dir(self, info: ValidationInfo) -> "Scenario":
+        base = (info.context or {}).get("base_dir")
+        self._plugin_dir = None if base is None else Path(base)
+        return self
 
     @model_validator(mode="after")
     def _mode_fits(self) -> "Scenario":

@@ -4,23 +4,21 @@ behaviour, :meth:`AvailabilityModel.build` (the runtime models are in
 
 A user's own model is a subclass of :class:`AvailabilityModel` in a file beside the scenario,
 named by ``type: module:Class`` (``docs/own_availability.md``, ``examples/weibull_availability``):
-its other keys are its own fields. The loader hands the lookup of such names in the
-validation context (``plugins``, a function of the name; :mod:`fedclock.scenarios.plugins`),
-so this layer imports none of it.
+its other keys are its own fields (the union is opened by :func:`fedclock.scheduling.variants.open_union`).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import (AfterValidator, Field, SerializationInfo, SerializerFunctionWrapHandler, ValidationError,
-                      ValidationInfo, ValidatorFunctionWrapHandler, WrapSerializer, WrapValidator)
+from pydantic import AfterValidator, Field, ValidationInfo
 
 from fedclock.scheduling.availability import (Always, Availability, Diurnal, Markov, Periodic, RepeatingTrace,
                                               TraceReplay)
 from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.rng import Stream, numpy_rng
+from fedclock.scheduling.variants import open_union
 from fedclock.scheduling.traces import (TraceError, check_trace_file, read_availability_trace,
                                         read_fedscale_availability)
 
@@ -154,39 +152,10 @@ class UnresolvedAvailability(AvailabilityModel):
 
 BUILTIN = (AlwaysAvailable, PeriodicMissing, MarkovOnOff, DiurnalAvailability, TraceAvailability)
 
-PluginLookup = Callable[[str], type]
-"""What the loader puts in the validation context as ``plugins``: the class a
-``module:attribute`` availability type names (or a one-line ValueError)."""
-
-
-def _plugin_or_builtin(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
-    """A ``type: module:attribute`` mapping validated by the user's class; others as usual."""
-    name = value.get("type") if isinstance(value, dict) else None
-    if not (isinstance(name, str) and ":" in name):
-        return handler(value)
-    lookup = (info.context or {}).get("plugins")
-    if lookup is None:  # validated without imports
-        return UnresolvedAvailability.model_validate(value)
-    cls = lookup(name)
-    if not (isinstance(cls, type) and issubclass(cls, AvailabilityModel)) or cls.build is AvailabilityModel.build:
-        raise ValueError(f"type: {name} is not a subclass of fedclock.scheduling.availability_config."
-                         f"AvailabilityModel with its own build(seed, client, traces)")
-    try:
-        return cls.model_validate(value, context=info.context)
-    except ValidationError as exc:  # one line, naming the plugin's own fields
-        err = exc.errors()[0]
-        where = ".".join(str(part) for part in err["loc"]) or "type"
-        text = f"unknown field (allowed: {', '.join(cls.model_fields)})" if err["type"] == "extra_forbidden" \
-            else str(err["msg"]).removeprefix("Value error, ")
-        raise ValueError(f"{where}: {text}") from None
-
-
-def _serialized(value: Any, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-    return handler(value) if isinstance(value, BUILTIN) else value.model_dump(mode=info.mode)
-
+_OPEN = open_union(AvailabilityModel, "type", "build", "build(seed, client, traces)", BUILTIN, UnresolvedAvailability)
 
 AvailabilityConfig = Annotated[
     Annotated[Union[AlwaysAvailable, PeriodicMissing, MarkovOnOff, DiurnalAvailability, TraceAvailability],
               Field(discriminator="type")],
-    WrapValidator(_plugin_or_builtin), WrapSerializer(_serialized)]
+    _OPEN[0], _OPEN[1]]
 """A shipped model (by its ``type``) or a user's :class:`AvailabilityModel` subclass."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, Callable, Collection, Generator, Protocol, Sequence
+from typing import Any, Callable, Collection, Generator, Hashable, Protocol, Sequence
 
 import numpy as np
 import simpy
@@ -108,8 +108,15 @@ class Clock:
                  eval_at: Collection[int] = (), stateless_clients: bool = False,
                  selector: Selector | None = None, disclose: Collection[str] = (),
                  feasible: np.ndarray | None = None,
-                 server_seconds: Callable[[list[Task]], float] | None = None) -> None:
+                 server_seconds: Callable[[list[Task]], float] | None = None,
+                 upload_kind: Callable[[int, int], Hashable] | None = None) -> None:
         self.kernel = Kernel()
+        self.upload_kind = upload_kind
+        """What a task dispatched now to a client uploads, given the client and
+        :attr:`server_steps` (kept on :attr:`Task.upload_kind` for the server step's charge);
+        None: not asked."""
+        self.server_steps = 0
+        """Server steps applied so far (calls of :meth:`aggregate` with arrivals)."""
         self.server_seconds = server_seconds
         """Virtual seconds of the server step on these arrivals, from the state the server is in
         (:mod:`fedclock.scheduling.server_device`); None: the step takes no time."""
@@ -227,6 +234,28 @@ class Clock:
         if not self.done.triggered:
             self.stop_reason = reason
             self.done.succeed()
+
+    def check_stop(self) -> bool:
+        """The stop decision after a server step (every protocol asks here): finish the run
+        when ``stop.rounds`` (sync rounds; async mode refuses it) or ``stop.versions`` is
+        reached, rounds first. Whether a bound is reached (the protocol then stops dispatching).
+        (``stop.virtual_time_s`` is a timer of :meth:`run`, ``stop.target_accuracy`` is
+        decided in :meth:`evaluate`.)"""
+        stop = self.stop
+        if stop.rounds is not None and self.round >= stop.rounds:
+            self.finish("rounds")
+            return True
+        if stop.versions is not None and self.version >= stop.versions:
+            self.finish("versions")
+            return True
+        return False
+
+    def free(self, task: Task) -> None:
+        """``task``'s client is idle again (the one place a client is freed; nothing happens
+        when the client is no longer busy with this task)."""
+        busy = self.busy
+        if busy.get(task.client) is task:
+            busy.pop(task.client)
 
     # ------------------------------------------------------------------ finding idle clients
     def sample_cohort(self) -> list[int]:
@@ -361,6 +390,8 @@ class Clock:
                     version=self.version, dispatched_at=now, timing=timing, bytes_down=costs.bytes_down,
                     bytes_up=costs.bytes_up, num_samples=num_samples, steps=steps, steps_full=full,
                     on_settle=on_settle, env=self.env)
+        if self.upload_kind is not None:
+            task.upload_kind = self.upload_kind(client, self.server_steps)
         self.task_count += 1
         self._client_tasks[client] = client_task + 1
         self.busy[client] = task
@@ -393,8 +424,7 @@ class Clock:
         ends ``cancelled``, its client is idle at once, and nothing it computed is kept (the
         client's state stays as before the task)."""
         self.in_flight.pop(task.index, None)
-        if self.busy.get(task.client) is task:
-            del self.busy[task.client]
+        self.free(task)
         self._end(task, CANCELLED, self.env.now)
         if task.started:
             self.backend.release(task, keep_state=False)
@@ -429,6 +459,7 @@ class Clock:
         """Hand arrivals to the server, record them, evaluate on the cadence."""
         before = self.version
         if tasks:
+            self.server_steps += 1
             applied = self.backend.apply(tasks)
             self.version = int(applied)
             if isinstance(applied, Applied):
@@ -466,8 +497,7 @@ class Clock:
             (self.history.lost if task.lost else self.history.timed_out)[task.client] += 1
         self.backend.failed(task)
         if task.lost:
-            if self.busy.get(task.client) is task:
-                del self.busy[task.client]
+            self.free(task)
             if task.started:
                 self.backend.release(task, keep_state=False)
         else:
@@ -487,8 +517,7 @@ class Clock:
         discarded but its new state kept (as for a dropped late result)."""
         if self.draining.pop(task.index, None) is None:
             return  # the run ended first and released it
-        if self.busy.get(task.client) is task:
-            del self.busy[task.client]
+        self.free(task)
         if task.started:
             self.backend.release(task, keep_state=True)
         task.client_free.succeed()

@@ -22,8 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedclock.scheduling.device_library import DEVICE_CLASSES
-from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceDistributions, LogNormalDist,
-                                               LogUniformDist, UniformDist)
+from fedclock.scheduling.distributions import DeviceDistribution, DeviceDistributions
 from fedclock.scheduling.population import PopulationConfig, client_classes
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.traces import DEVICE_COLUMNS, read_device_trace
@@ -137,19 +136,10 @@ class Devices:
         return cls(**arrays, memory_gb=memory)
 
 
-def sample(dist: object, n: int, rng: np.random.Generator) -> np.ndarray:
+def sample(dist: float | DeviceDistribution, n: int, rng: np.random.Generator) -> np.ndarray:
     """Draw ``n`` values from a scenario distribution (a number means a constant)."""
     if isinstance(dist, (int, float)):
         return np.full(n, float(dist))
-    if isinstance(dist, ConstantDist):
-        return np.full(n, dist.value)
-    if isinstance(dist, LogUniformDist):
-        return np.exp(rng.uniform(np.log(dist.low), np.log(dist.high), n))
-    if isinstance(dist, UniformDist):
-        return rng.uniform(dist.low, dist.high, n)
-    if isinstance(dist, LogNormalDist):
-        return dist.median * np.exp(dist.sigma * rng.standard_normal(n))
-    if isinstance(dist, ChoiceDist):
-        p = None if dist.weights is None else np.asarray(dist.weights) / np.sum(dist.weights)
-        return rng.choice(np.asarray(dist.values, dtype=np.float64), size=n, p=p)
-    raise TypeError(f"unknown distribution {dist!r}")
+    if not isinstance(dist, DeviceDistribution):
+        raise TypeError(f"unknown distribution {dist!r}")
+    return dist.sample(n, rng)

@@ -61,6 +61,10 @@ class ProtocolClock(Protocol):
 
     def finish(self, reason: str) -> None: ...
 
+    def check_stop(self) -> bool: ...
+
+    def free(self, task: Task) -> None: ...
+
     def sample_cohort(self) -> list[int]: ...
 
     def pick_idle(self) -> int | None: ...
@@ -100,7 +104,7 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
             if task.gives_up_at is not None:
                 clock.give_up(task)
             else:
-                clock.busy.pop(task.client, None)
+                clock.free(task)
                 if task.late:  # its round closed before: the round closing next takes it, or nobody
                     if _sync_mode(clock).late_results == "include":
                         late_inbox.append(task)
@@ -131,7 +135,7 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
         punctual = [t for t in tasks if t.gives_up_at is None and t.finishes_at <= now and t.status != CANCELLED]
         for t in punctual:
             t.staleness = 0
-            clock.busy.pop(t.client, None)
+            clock.free(t)
         for t in tasks:
             t.late = t.finishes_at > now
         late = sorted(late_inbox, key=lambda t: (t.finishes_at, t.client))
@@ -142,10 +146,7 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
         yield from server_step(clock, arrived)
         clock.aggregate(arrived)
         clock.round += 1
-        if clock.stop.rounds is not None and clock.round >= clock.stop.rounds:
-            clock.finish("rounds")
-        elif clock.stop.versions is not None and clock.version >= clock.stop.versions:
-            clock.finish("versions")
+        clock.check_stop()
 
 
 def first_arrivals(tasks: list[Task], quota: int, deadline_at: float | None) -> list[Task]:
@@ -223,12 +224,11 @@ class AsyncSlots:
             task = arrivals.take()
             if task is None:
                 task = yield from arrivals.wait()
-            clock.busy.pop(task.client, None)
+            clock.free(task)
             task.staleness = clock.version - task.version
             yield from server_step(clock, [task])
             clock.aggregate([task])
-            if clock.stop.versions is not None and clock.version >= clock.stop.versions:
-                clock.finish("versions")
+            if clock.check_stop():
                 return
             self.fill_slots()
 
@@ -303,7 +303,7 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
             clock.give_up(task)
         else:
             if not late.get(task.client, 0):
-                clock.busy.pop(task.client, None)
+                clock.free(task)
             inbox.append(task)
 
     _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
@@ -319,8 +319,7 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
         if late:
             ready, held = split_due(inbox, clock.round, late)
             for task in ready:  # a scripted-late client was busy until now
-                if clock.busy.get(task.client) is task:
-                    clock.busy.pop(task.client, None)
+                clock.free(task)
             inbox = held
         else:
             inbox = []
@@ -330,8 +329,7 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
         yield from server_step(clock, due)
         clock.aggregate(due)
         clock.round += 1
-        if clock.stop.versions is not None and clock.version >= clock.stop.versions:
-            clock.finish("versions")
+        if clock.check_stop():
             return
         _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
 

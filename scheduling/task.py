@@ -10,7 +10,7 @@ with one of the statuses below.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Hashable, NamedTuple, Sequence
 
 import simpy
 
@@ -38,7 +38,7 @@ class Task:
     __slots__ = ("index", "client", "client_task", "round", "version", "dispatched_at", "timing", "bytes_down",
                  "bytes_up", "num_samples", "status", "staleness", "version_applied", "ended_at", "metrics", "late",
                  "steps", "steps_full", "steps_reported", "gives_up_at", "lost", "started",
-                 "upload_discarded", "finishes_at",
+                 "upload_discarded", "finishes_at", "upload_kind",
                  "on_settle", "settled", "free_event", "_env")
 
     def __init__(self, *, index: int, client: int, client_task: int, round: int, version: int,
@@ -90,6 +90,9 @@ class Task:
         so the backend may compute it when that state is next needed."""
         self.finishes_at: float = dispatched_at + (timing.download_s + timing.compute_s + timing.upload_s)
         """When the client's result reaches the server (had it not been lost)."""
+        self.upload_kind: Hashable | None = None
+        """What the task uploads, told at its dispatch (``Clock(upload_kind=...)``: only when
+        the server's step is charged, :mod:`fedclock.scheduling.server_device`); None: not told."""
         self.settled = False
         """The kernel has settled it (or is about to, at this instant)."""
         self.free_event: simpy.Event | None = None

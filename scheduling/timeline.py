@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Protocol, Sequence
 
 import numpy as np
 import simpy
@@ -38,8 +38,7 @@ from fedclock.scheduling.devices import DeviceProfile, Devices
 from fedclock.scheduling.kernel import UrgentTimeout
 from fedclock.scheduling.population import PopulationConfig, client_classes
 from fedclock.scheduling.rng import Stream, numpy_rng
-from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
-                                                 OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent)
+from fedclock.scheduling.timeline_events import ClientGroup, TimelineEvent
 from fedclock.scheduling.traces import DEVICE_COLUMNS, read_device_trace
 
 DEVICE_TRACE = -1
@@ -57,6 +56,22 @@ class TimelineRecord:
     type: str
     clients: tuple[int, ...]
     detail: str
+
+
+class ClockControl(Protocol):
+    """What the timeline reads of the clock and may change: the virtual time and counters it
+    records, the mode's limits (through its events) and a refill after a change."""
+
+    env: simpy.Environment
+    version: int
+    round: int
+
+    def set_mode_limits(self, *, concurrency: int | None = None, cohort_size: int | None = None,
+                        cohort_fraction: float | None = None) -> None:
+        """The async slot count or the sync cohort rule, for dispatches from now on."""
+
+    def refill(self) -> None:
+        """Dispatch into the slots a change may have opened."""
 
 
 class ScriptedDevices(Devices):
@@ -122,13 +137,13 @@ def resolve_group(group: ClientGroup, population: PopulationConfig, rng: np.rand
 class Timeline:
     """Fires a scenario's timeline events against the clock's devices, availability and mode."""
 
-    def __init__(self, events: Sequence[Any], population: PopulationConfig, seed: int, devices: Devices,
+    def __init__(self, events: Sequence[TimelineEvent], population: PopulationConfig, seed: int, devices: Devices,
                  availability: Sequence[Availability], record: Callable[[TimelineRecord], None] | None = None) -> None:
         self.events = list(events)
         self.record = record
         self.devices = ScriptedDevices(devices)
         self.offline = np.zeros(population.num_clients, dtype=bool)
-        gates = any(isinstance(ev, (OfflineEvent, OnlineEvent, JoinEvent)) for ev in self.events)
+        gates = any(ev.gates for ev in self.events)
         # without offline/online/join events the models are used as they are (no per-client wrapper)
         self.availability: list[Any] = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)] \
             if gates else list(availability)
@@ -137,7 +152,7 @@ class Timeline:
             group = getattr(ev, "clients", None)
             self.groups.append(None if group is None else
                                resolve_group(group, population, numpy_rng(seed, Stream.TIMELINE, index)))
-            if isinstance(ev, JoinEvent):
+            if ev.dormant_from_start:
                 self.offline[self.groups[-1]] = True
         self._heap: list[tuple[float, int, int]] = []  # (time, event index, occurrence)
         self._by_version = sorted((ev.at_version, i) for i, ev in enumerate(self.events) if ev.at_version is not None)
@@ -153,7 +168,7 @@ class Timeline:
                 self._trace_rows.setdefault(float(row.time_s), []).append((int(row.client), values))
             for t in self._trace_rows:
                 heapq.heappush(self._heap, (t, DEVICE_TRACE, 0))
-        self.clock: Any = None
+        self.clock: ClockControl | None = None
         self._gate_watchers: list[Callable[[np.ndarray], None]] = []
         self._next_availability = self._compute_next_availability()
 
@@ -171,7 +186,7 @@ class Timeline:
 
     def _compute_next_availability(self) -> float:
         times = [t for t, i, _ in self._heap
-                 if i != DEVICE_TRACE and isinstance(self.events[i], (OfflineEvent, OnlineEvent, JoinEvent))]
+                 if i != DEVICE_TRACE and self.events[i].gates]
         return min(times, default=math.inf)
 
     def next_availability_change(self, now: float) -> float:
@@ -183,27 +198,27 @@ class Timeline:
         self._gate_watchers.append(watcher)
 
     # ------------------------------------------------------------------ clock hooks
-    def start(self, clock: Any) -> None:
+    def start(self, clock: ClockControl) -> None:
         """Apply the events due at the clock's start time and schedule the rest."""
         self.clock = clock
         self._apply_due(clock.env.now)
         if self._heap:
-            clock.env.process(self._process())
+            clock.env.process(self._process(clock))
 
-    def version_reached(self, clock: Any) -> None:
+    def version_reached(self, clock: ClockControl) -> None:
         """Fire the ``at_version`` events the clock's new server version has reached."""
         while self._by_version and self._by_version[0][0] <= clock.version:
             _, index = self._by_version.pop(0)
             self._fire(index)
 
-    def _process(self) -> Generator[simpy.Event, Any, None]:
-        env = self.clock.env
+    def _process(self, clock: ClockControl) -> Generator[simpy.Event, Any, None]:
+        env = clock.env
         while self._heap:
             due = self._heap[0][0]
             if due > env.now:
                 yield UrgentTimeout(env, due - env.now)
             self._apply_due(env.now)
-            self.clock.refill()
+            clock.refill()
 
     def _apply_due(self, now: float) -> None:
         while self._heap and self._heap[0][0] <= now:
@@ -229,44 +244,37 @@ class Timeline:
     def _fire(self, index: int) -> None:
         ev = self.events[index]
         ids = self.groups[index]
-        detail = ""
-        if isinstance(ev, (ScaleEvent, SetEvent)):
-            parts = []
-            for field in DEVICE_FIELDS:
-                value = getattr(ev, field)
-                if value is None:
-                    continue
-                array = getattr(self.devices, field)
-                if isinstance(ev, ScaleEvent):
-                    array[ids] *= value
-                    parts.append(f"{field} x{value:g}")
-                else:
-                    array[ids] = value
-                    parts.append(f"{field}={value:g}")
-            detail = ", ".join(parts)
-        elif isinstance(ev, OfflineEvent):
-            assert ids is not None  # offline, online and join events always name a group
-            self.offline[ids] = True
-            for watcher in self._gate_watchers:
-                watcher(ids)
-        elif isinstance(ev, (OnlineEvent, JoinEvent)):
-            assert ids is not None
-            self.offline[ids] = False
-            for watcher in self._gate_watchers:
-                watcher(ids)
-        elif isinstance(ev, ServerUplinkEvent):
-            self.devices.uplink_mbps = ev.mbps
-            detail = "no cap" if ev.mbps is None else f"mbps={ev.mbps:g}"
-        elif isinstance(ev, ConcurrencyEvent):
-            self.clock.set_mode_limits(concurrency=ev.value)
-            detail = f"concurrency={ev.value}"
-        elif isinstance(ev, CohortEvent):
-            self.clock.set_mode_limits(cohort_size=ev.size, cohort_fraction=ev.fraction)
-            detail = f"size={ev.size}" if ev.size is not None else f"fraction={ev.fraction:g}"
+        detail = ev.apply(self, ids)
         self._report(index, ev.type, tuple(int(c) for c in ids) if ids is not None else (), detail)
+
+    # ------------------------------------------------------------------ what events change (EventTarget)
+    def scale_devices(self, field: str, ids: np.ndarray, factor: float) -> None:
+        """Multiply the group's device column ``field`` by ``factor``."""
+        getattr(self.devices, field)[ids] *= factor
+
+    def set_devices(self, field: str, ids: np.ndarray, value: float) -> None:
+        """Set the group's device column ``field`` to ``value``."""
+        getattr(self.devices, field)[ids] = value
+
+    def set_offline(self, ids: np.ndarray, offline: bool) -> None:
+        """Switch the group offline (or back online) and tell the watchers."""
+        self.offline[ids] = offline
+        for watcher in self._gate_watchers:
+            watcher(ids)
+
+    def cap_uplink(self, mbps: float | None) -> None:
+        """Every download from now on moves at most ``mbps`` (None: no cap)."""
+        self.devices.uplink_mbps = mbps
+
+    def set_mode_limits(self, *, concurrency: int | None = None, cohort_size: int | None = None,
+                        cohort_fraction: float | None = None) -> None:
+        """The clock's async slots or sync cohort rule, from now on."""
+        assert self.clock is not None, "mode events fire only once the clock has started the timeline"
+        self.clock.set_mode_limits(concurrency=concurrency, cohort_size=cohort_size, cohort_fraction=cohort_fraction)
 
     def _report(self, index: int, kind: str, clients: tuple[int, ...], detail: str) -> None:
         if self.record is not None:
             clock = self.clock
+            assert clock is not None
             self.record(TimelineRecord(time=float(clock.env.now), version=int(clock.version), round=int(clock.round),
                                        event=index, type=kind, clients=clients, detail=detail))

@@ -1,9 +1,14 @@
-"""Scripted timeline events and the client groups they act on (``timeline`` of a scenario file;
-the behaviour is :mod:`fedclock.scheduling.timeline`)."""
+"""Scripted timeline events and the client groups they act on (``timeline`` of a scenario file).
+
+Each event carries what it does, :meth:`_Trigger.apply`, on the narrow :class:`EventTarget`
+that :class:`fedclock.scheduling.timeline.Timeline` gives it; when and to whom is the
+timeline's job (:mod:`fedclock.scheduling.timeline`).
+"""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Protocol, Union
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
@@ -33,10 +38,45 @@ class ClientGroup(StrictModel):
         return self
 
 
+class EventTarget(Protocol):
+    """What an event may change: the devices, the offline mask and the mode's limits."""
+
+    def scale_devices(self, field: str, ids: np.ndarray, factor: float) -> None:
+        """Multiply the group's ``field`` (a device column) by ``factor``."""
+
+    def set_devices(self, field: str, ids: np.ndarray, value: float) -> None:
+        """Set the group's ``field`` to ``value``."""
+
+    def set_offline(self, ids: np.ndarray, offline: bool) -> None:
+        """Take the group offline (or back online)."""
+
+    def cap_uplink(self, mbps: float | None) -> None:
+        """Cap every download from now on at ``mbps`` (None: no cap)."""
+
+    def set_mode_limits(self, *, concurrency: int | None = None, cohort_size: int | None = None,
+                        cohort_fraction: float | None = None) -> None:
+        """The async slot count or the sync cohort rule, for dispatches from now on."""
+
+
 class _Trigger(StrictModel):
     """When an event fires: once at ``at_s``; every ``every_s`` seconds from ``start_s``
     (default: ``every_s``) up to ``until_s`` (inclusive, default: forever); or once when the
     server version first reaches ``at_version``."""
+
+    gates: ClassVar[bool] = False
+    """True for events that switch clients offline or online (the timeline then gates
+    every client's availability)."""
+    dormant_from_start: ClassVar[bool] = False
+    """True when the event's group is offline from the start of the run until it fires."""
+
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        """Make the change on ``target`` for the group ``ids`` (None: the event names no
+        group); the detail recorded in ``timeline.parquet``."""
+        raise NotImplementedError(f"{type(self).__name__}.apply")
+
+    def mode_problem(self, mode: "SyncMode | AsyncMode", num_clients: int) -> str | None:
+        """Why the event does not fit the run's mode (relative to the event), or None."""
+        return None
 
     at_s: NonNegativeFloat | None = None
     every_s: PositiveFloat | None = None
@@ -76,11 +116,31 @@ class ScaleEvent(_DeviceFields):
 
     type: Literal["scale"]
 
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        assert ids is not None  # device events always name a group
+        parts = []
+        for field in DEVICE_FIELDS:
+            value = getattr(self, field)
+            if value is not None:
+                target.scale_devices(field, ids, value)
+                parts.append(f"{field} x{value:g}")
+        return ", ".join(parts)
+
 
 class SetEvent(_DeviceFields):
     """Set the group's device values."""
 
     type: Literal["set"]
+
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        assert ids is not None
+        parts = []
+        for field in DEVICE_FIELDS:
+            value = getattr(self, field)
+            if value is not None:
+                target.set_devices(field, ids, value)
+                parts.append(f"{field}={value:g}")
+        return ", ".join(parts)
 
 
 class OfflineEvent(_Trigger):
@@ -88,6 +148,12 @@ class OfflineEvent(_Trigger):
 
     type: Literal["offline"]
     clients: ClientGroup = Field(default_factory=ClientGroup)
+    gates: ClassVar[bool] = True
+
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        assert ids is not None  # offline, online and join events always name a group
+        target.set_offline(ids, True)
+        return ""
 
 
 class OnlineEvent(_Trigger):
@@ -95,6 +161,12 @@ class OnlineEvent(_Trigger):
 
     type: Literal["online"]
     clients: ClientGroup = Field(default_factory=ClientGroup)
+    gates: ClassVar[bool] = True
+
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        assert ids is not None
+        target.set_offline(ids, False)
+        return ""
 
 
 class JoinEvent(_Trigger):
@@ -103,6 +175,13 @@ class JoinEvent(_Trigger):
 
     type: Literal["join"]
     clients: ClientGroup
+    gates: ClassVar[bool] = True
+    dormant_from_start: ClassVar[bool] = True
+
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        assert ids is not None
+        target.set_offline(ids, False)
+        return ""
 
     @model_validator(mode="after")
     def _once(self) -> "JoinEvent":
@@ -119,12 +198,27 @@ class ServerUplinkEvent(_Trigger):
     type: Literal["server_uplink"]
     mbps: PositiveFloat | None
 
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        target.cap_uplink(self.mbps)
+        return "no cap" if self.mbps is None else f"mbps={self.mbps:g}"
+
 
 class ConcurrencyEvent(_Trigger):
     """Async mode: change the number of tasks in flight."""
 
     type: Literal["concurrency"]
     value: Annotated[int, Field(ge=1)]
+
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        target.set_mode_limits(concurrency=self.value)
+        return f"concurrency={self.value}"
+
+    def mode_problem(self, mode: "SyncMode | AsyncMode", num_clients: int) -> str | None:
+        if mode.type != "async":
+            return "type: 'concurrency' needs mode.type async (use 'cohort' in sync mode)"
+        if self.value > num_clients:
+            return f"value: {self.value} exceeds population.num_clients ({num_clients})"
+        return None
 
 
 class CohortEvent(_Trigger):
@@ -140,6 +234,17 @@ class CohortEvent(_Trigger):
             raise ValueError("size: give exactly one of size, fraction")
         return self
 
+    def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
+        target.set_mode_limits(cohort_size=self.size, cohort_fraction=self.fraction)
+        return f"size={self.size}" if self.size is not None else f"fraction={self.fraction:g}"
+
+    def mode_problem(self, mode: "SyncMode | AsyncMode", num_clients: int) -> str | None:
+        if mode.type != "sync":
+            return "type: 'cohort' needs mode.type sync (use 'concurrency' in async mode)"
+        if self.size is not None and self.size > num_clients:
+            return f"size: {self.size} exceeds population.num_clients ({num_clients})"
+        return None
+
 
 TimelineEvent = Annotated[
     Union[ScaleEvent, SetEvent, OfflineEvent, OnlineEvent, JoinEvent, ServerUplinkEvent, ConcurrencyEvent,
@@ -153,16 +258,9 @@ def timeline_problem(timeline: list, mode: "SyncMode | AsyncMode", population: P
     tags = population.tag_names()
     for i, ev in enumerate(timeline):
         where = f"timeline[{i}]"
-        if isinstance(ev, ConcurrencyEvent):
-            if not isinstance(mode, AsyncMode):
-                return f"{where}.type: 'concurrency' needs mode.type async (use 'cohort' in sync mode)"
-            if ev.value > n:
-                return f"{where}.value: {ev.value} exceeds population.num_clients ({n})"
-        if isinstance(ev, CohortEvent):
-            if not isinstance(mode, SyncMode):
-                return f"{where}.type: 'cohort' needs mode.type sync (use 'concurrency' in async mode)"
-            if ev.size is not None and ev.size > n:
-                return f"{where}.size: {ev.size} exceeds population.num_clients ({n})"
+        problem = ev.mode_problem(mode, n)
+        if problem is not None:
+            return f"{where}.{problem}"
         group = getattr(ev, "clients", None)
         if group is None:
             continue

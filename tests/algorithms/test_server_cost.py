@@ -14,9 +14,12 @@ from fedclock.algorithms.fedbuff import FedBuff
 from fedclock.algorithms.fedpac import FedPAC
 from fedclock.algorithms.flop_count import META
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.server_cost import ELEMENTWISE, ArrivalInfo, ServerCost, count_server_step, declares_kinds
+from fedclock.algorithms.plga import LGA, PLGA
+from fedclock.algorithms.server_cost import ELEMENTWISE, ArrivalInfo, ServerCost, ServerSteps, count_server_step, \
+    declares_kinds
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.algorithms.simplex_qp import qp_flops, solve_simplex_qp
+from fedclock.algorithms.spfl import SPFL, SPFLW, SPFLParams
 
 MLP = ModelFactory("mlp", (1, 4, 4), 3, (8,))
 P = 16 * 8 + 8 + 8 * 3 + 3
@@ -173,3 +176,74 @@ def test_kinds_are_trusted_only_from_the_class_of_the_server_step() -> None:
     assert declares_kinds(_fedbuff()) and declares_kinds(FedAvg(FedAvg.Params(), MLP))
     assert not declares_kinds(_OwnServerStep(FedAvg.Params(), MLP))
     assert not declares_kinds(FedPAC(FedPAC.Params(), MLP))
+
+
+def _spfl_round(steps: ServerSteps, server_steps: int, clients: range = range(3)) -> int:
+    """One SPFL round on the followed server: each client's task is told its upload at
+    dispatch (after ``server_steps`` steps), then the server folds the arrivals."""
+    kinds = [steps.upload_kind(c, server_steps) for c in clients]
+    return steps.step([ArrivalInfo(client=c, num_samples=8, version_dispatched=0, staleness=0, upload=k)
+                       for c, k in zip(clients, kinds)])
+
+
+def test_spfl_refresh_and_model_update_steps_are_each_charged_their_own_work() -> None:
+    """SPFL (Xie et al., Algorithm 1), Gamma = 2, three clients a round, the MLP's two stages
+    (hidden: 136 parameters, head: 27; P = 163). Rounds: a similarity refresh, two model
+    updates, a refresh, an update. With n = 3 arrivals:
+
+    * refresh, per stage of d parameters: the cosine matrix (the row norms n d, the clamp n,
+      the division n d, the ``where`` n d, ``unit @ unit.T`` 2 n^2 d) and the diagnostics
+      (row sums n^2, minus the diagonal n, over n - 1: n): ``2 n^2 P + 3 n P + 2 (n^2 + 3 n)``
+      = 27 P + 36 = 4437; the later refresh also takes the mean of the 3 models it holds
+      (3 P): 4926;
+    * model update, per stage: the softmax rows times the scale (n^2), their product with
+      the uploads (2 n^2 d), subtracted from the n models (n d): ``2 (n^2) + 2 n^2 P + n P``
+      = 21 P + 18 = 3441.
+
+    Shaping every upload like the first task's (a refresh), as before, charges 4437 then
+    4926 every round."""
+    n = 3
+    refresh = 2 * n * n * P + 3 * n * P + 2 * (n * n + 3 * n)
+    update = 2 * n * n + 2 * n * n * P + n * P
+    assert (refresh, update) == (4437, 3441)
+    steps = ServerCost(SPFL(SPFLParams(gamma=2, batch_size=4, local_steps=1), MLP)).follow()
+    assert [_spfl_round(steps, r) for r in range(5)] == [refresh, update, update, refresh + n * P, update]
+    assert steps.state.version == 3
+
+
+def test_spfl_w_fuses_trained_weights_in_its_model_updates() -> None:
+    """SPFL-w uploads its trained weights and sets ``w_i <- S~ w^end`` per stage: only the
+    softmax rows' product with the uploads (2 n^2 d; no scale, no subtraction), ``2 n^2 P`` =
+    18 P after its refresh (the refresh as SPFL's)."""
+    steps = ServerCost(SPFLW(SPFLParams(gamma=2, batch_size=4, local_steps=1), MLP)).follow()
+    assert [_spfl_round(steps, r) for r in range(2)] == [27 * P + 36, 18 * P]
+
+
+def test_a_task_dispatched_during_the_server_step_uploads_as_the_state_before_it() -> None:
+    """While a step takes its time the server still sends the state before it: a task
+    dispatched then (after one step fewer than followed) is told that state's upload (SPFL's
+    refresh round is due again only after Gamma updates); further back is refused."""
+    steps = ServerCost(SPFL(SPFLParams(gamma=2, batch_size=4, local_steps=1), MLP)).follow()
+    first = steps.upload_kind(0, 0)
+    _spfl_round(steps, 0)
+    assert steps.upload_kind(0, 0) == first != steps.upload_kind(0, 1)
+    assert [k for k, _, _ in first] == ["refresh_from", "weights"]
+    assert [k for k, _, _ in steps.upload_kind(0, 1)] == ["weights"]
+    _spfl_round(steps, 1)
+    with pytest.raises(ValueError, match="server_steps: 0"):
+        steps.upload_kind(0, 0)
+
+
+def test_lga_and_plga_upload_alike_in_every_task() -> None:
+    """LGA and PLGA (Xie et al.): every task uploads its update ``d`` (one model-sized
+    ``delta``), whatever it was sent: PLGA's payload gains the client's personalized model
+    once the server holds one (a second payload kind), its upload does not."""
+    for cls in (LGA, PLGA):
+        cost = ServerCost(cls(cls.Params(batch_size=4, local_steps=1), MLP))
+        steps = cost.follow()
+        kinds = [steps.upload_kind(c, 0) for c in range(3)]
+        steps.step([ArrivalInfo(client=c, num_samples=8, version_dispatched=0, staleness=0, upload=k)
+                    for c, k in enumerate(kinds)])
+        kinds += [steps.upload_kind(c, 1) for c in range(3)]
+        assert len(set(kinds)) == (2 if cls is PLGA else 1)
+        assert all({k: tuple(v.shape) for k, v in cost.upload_of(kind).items()} == {"delta": (P,)} for kind in kinds)

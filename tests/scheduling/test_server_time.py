@@ -92,3 +92,20 @@ def test_bad_server_speed_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "server.compute_gflops" in err and "Traceback" not in err, err
+
+
+def test_spfl_refresh_and_model_updates_are_each_charged_their_own_step(tmp_path: Path) -> None:
+    """Sync SPFL (Xie et al., Algorithm 1), Gamma = 2, three identical clients: a similarity
+    refresh round (no new version), then two model updates. Each task uploads what it was
+    sent for (the refresh tasks ``refresh``, the others ``update``), so the refresh step costs
+    ``27 P + 36`` and each update ``21 P + 18`` (both counted by hand, over the digits MLP's
+    two stages, in tests/algorithms/test_server_cost.py): version 1 comes ``48 P + 54``
+    FLOPs of server time later than without a server speed, version 2 ``21 P + 18`` more.
+    Shaping every upload like the first task's (a refresh) charged version 1 ``57 P + 72``."""
+    common = dict(population={"num_clients": 3, "clients": DEVICES},
+                  algorithm={"name": "spfl", "local_steps": 1, "batch_size": 8, "gamma": 2}, stop={"versions": 2})
+    plain = _metrics(tmp_path, "plain", **common)
+    slow = _metrics(tmp_path, "slow", **common, server={"compute_gflops": SPEED})
+    delay = slow.virtual_time - plain.virtual_time
+    assert delay.loc[1] == pytest.approx((48 * P + 54) / (SPEED * 1e9), rel=1e-12)
+    assert delay.loc[2] - delay.loc[1] == pytest.approx((21 * P + 18) / (SPEED * 1e9), rel=1e-9)
