@@ -212,7 +212,7 @@ def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> t
     if metric.startswith("auc_"):
         return float(acc.mean()), True
     assert claim.target is not None
-    at = "version" if metric == "rounds_to_target" else "virtual_time"
+    at = "version" if metric.startswith("rounds_to_target") else "virtual_time"
     hit = np.flatnonzero(acc >= claim.target)
     if hit.size == 0:
         return float(rows[at].iloc[-1]), False
@@ -340,9 +340,20 @@ def source_commit() -> str:
     return head + (" +changes" if dirty else "")
 
 
-def _pm(values: Sequence[float], scale: float) -> str:
+def _pm(values: Sequence[float], scale: float, unit: str = "") -> str:
     x = np.asarray(values, dtype=float) * scale
-    return f"{x.mean():.2f} ± {x.std(ddof=1):.2f}"
+    return f"{report_number(x.mean(), unit)} ± {report_number(x.std(ddof=1), unit)}"
+
+
+def report_number(value: float, unit: str, sign: str = "", decimals: int = 2) -> str:
+    """One number of the report: ``decimals`` places, or 3 significant digits in virtual
+    seconds, whose scale is the modelled device's (a digits MLP's round takes microseconds
+    at GPU speed); ``sign`` ``"+"`` always shows it."""
+    return f"{value:{sign}.3g}" if unit == "virtual s" else f"{value:{sign}.{decimals}f}"
+
+
+def _shown(value: float, claim: Claim, sign: str = "", decimals: int = 2) -> str:
+    return report_number(value * claim.scale, claim.unit, sign, decimals)
 
 
 def _setting_text(setting: Setting) -> str:
@@ -384,13 +395,13 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         "|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         c = o.claim
-        k = c.scale
+        k, u = c.scale, c.unit
         b_text = f"`{c.b}`" if c.b is not None else f"ref. {c.reference * k:g}" if c.reference is not None else ""
         lines.append("| " + " | ".join([
             f"{c.id}{' (ablation)' if c.ablation else ''}", f"{c.paper} ({c.source})", _metric_text(c), f"`{c.a}`",
-            b_text, _pm(o.a, k), _pm(o.b, k) if o.b is not None else "–",
-            f"{o.stats.mean * k:+.2f} [{o.stats.low * k:+.2f}, {o.stats.high * k:+.2f}]",
-            f"{o.stats.detectable * k:.2f}", f"**{o.verdict}**"]) + " |")
+            b_text, _pm(o.a, k, u), _pm(o.b, k, u) if o.b is not None else "–",
+            f"{_shown(o.stats.mean, c, '+')} [{_shown(o.stats.low, c, '+')}, {_shown(o.stats.high, c, '+')}]",
+            _shown(o.stats.detectable, c), f"**{o.verdict}**"]) + " |")
     lines += ["", "## Claims", ""]
     for o in outcomes:
         c = o.claim
@@ -399,14 +410,15 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
                   f"- Paper ({c.source}): {c.statement} — {c.paper}",
                   f"- Setting: {_setting_text(o.setting)}",
                   f"- Metric: {_metric_text(c)} ({c.unit}); claimed: A {_claimed(c)}",
-                  f"- A = `{c.a}` per seed: {', '.join(f'{v * k:.2f}' for v in o.a)}"]
+                  f"- A = `{c.a}` per seed: {', '.join(_shown(v, c) for v in o.a)}"]
         if o.b is not None:
-            lines.append(f"- B = `{c.b}` per seed: {', '.join(f'{v * k:.2f}' for v in o.b)}")
+            lines.append(f"- B = `{c.b}` per seed: {', '.join(_shown(v, c) for v in o.b)}")
         if any(o.unreached):
             lines.append(f"- Seeds that never reached {c.target}: A {o.unreached[0]}, B {o.unreached[1]} "
                          "(counted at their last evaluation)")
-        lines += [f"- A − B: {o.stats.mean * k:+.3f}, 95 % CI [{o.stats.low * k:+.3f}, {o.stats.high * k:+.3f}], "
-                  f"SE {o.stats.se * k:.3f}; detectable at 80 % power: {o.stats.detectable * k:.3f}; "
+        lines += [f"- A − B: {_shown(o.stats.mean, c, '+', 3)}, 95 % CI [{_shown(o.stats.low, c, '+', 3)}, "
+                  f"{_shown(o.stats.high, c, '+', 3)}], SE {_shown(o.stats.se, c, '', 3)}; detectable at 80 % power: "
+                  f"{_shown(o.stats.detectable, c, '', 3)}; "
                   f"margin ± {c.margin * k:g}",
                   f"- Verdict: **{o.verdict}**"]
         if c.id in plots:

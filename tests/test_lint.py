@@ -5,14 +5,16 @@ ruff checks every Python folder of the repository (those of ``LINTED`` that exis
 the four packages. The packages are installed through setuptools' ``package_dir`` mapping
 (``fedclock.actors`` is ``actors/``), which mypy cannot follow from an editable install, so the
 test lays out a ``fedclock/`` folder of symbolic links to the layer folders and checks
-``-p fedclock`` from there. mypy's cache lives in
-the system's temporary folder, so runs after the first reuse what it learned of torch and numpy.
+``-p fedclock`` from there. mypy's cache lives in the system's temporary folder, one per checkout
+(named by a hash of its path), so runs after the first reuse what it learned of torch and numpy
+and two checkouts on one machine never read each other's entries.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import hashlib
 import tempfile
 from pathlib import Path
 
@@ -37,7 +39,8 @@ def test_mypy_passes(tmp_path: Path) -> None:
     package.mkdir()
     for name in PACKAGES:
         (package / name).symlink_to(ROOT / name, target_is_directory=True)
-    cache = Path(tempfile.gettempdir()) / "fedclock-mypy-cache"
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    cache = Path(tempfile.gettempdir()) / f"fedclock-mypy-cache-{checkout}"
     env = {**os.environ, "MYPYPATH": str(tmp_path)}
     done = _run(["mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache),
                  "--no-error-summary", "-p", "fedclock"], tmp_path, env)

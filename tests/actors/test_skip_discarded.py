@@ -16,6 +16,7 @@ from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, Tensor
 from fedclock.algorithms.fedavg import FedAvg
 from fedclock.algorithms.scaffold import Scaffold
 from fedclock.scenarios.experiment import run_scenario
+from fedclock.scenarios.run_costs import CountedCosts
 from fedclock.scheduling.clock import TIMED_OUT, UNFINISHED, Clock
 from tests.conftest import scenario
 
@@ -107,9 +108,11 @@ DEFER_CASES = {
 
 
 def _deferral_run(out: Path, monkeypatch: pytest.MonkeyPatch, runtime: Runtime, defer: bool,
-                  **sections: Any) -> tuple[list[pd.DataFrame], int, int]:
+                  costs: CountedCosts, **sections: Any) -> tuple[list[pd.DataFrame], int, int]:
     """The run's tables, the client updates computed (counted in the driver: a Ray executor's
-    are not visible here, so -1 there) and the tasks started with a discarded upload."""
+    are not visible here, so -1 there) and the tasks started with a discarded upload.
+    ``costs``: the counted task costs, shared by the compared runs of a test as by the runs of
+    one file (Ditto counts its task on every client size)."""
     computed, discarded = [0], [0]
     start, update = Session.start, ClientExecutor.train
 
@@ -129,7 +132,7 @@ def _deferral_run(out: Path, monkeypatch: pytest.MonkeyPatch, runtime: Runtime, 
         cfg = {"backend": runtime.backend, **({"num_actors": 2, "placement": "pooled"} if runtime.backend == "ray"
                                                else {})}
         s = scenario(population={"num_clients": 8, "devices": DEVICES}, seed=3, runtime=cfg, **sections)
-        run_scenario(s, runtime, out)
+        run_scenario(s, runtime, out, costs=costs)
     tables = [pd.read_parquet(out / "metrics.parquet").drop(columns=["wall_time"]),
               pd.read_parquet(out / "events.parquet"), pd.read_parquet(out / "clients.parquet")]
     return tables, computed[0] if runtime.backend == "inline" else -1, discarded[0]
@@ -142,9 +145,10 @@ def test_deferring_discarded_tasks_of_stateful_algorithms_gives_the_same_tables(
     personalized evaluation: the slow clients' dropped tasks are never needed (their next
     tasks are dropped too), so they never run. Ditto: every deferred state is needed by a
     later personalized evaluation, so every deferred task runs, later."""
-    at_once, ran_all, none = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False,
+    costs = CountedCosts()
+    at_once, ran_all, none = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False, costs,
                                            **DEFER_CASES[case])
-    deferred, ran, discarded = _deferral_run(tmp_path / "deferred", monkeypatch, Runtime("inline"), True,
+    deferred, ran, discarded = _deferral_run(tmp_path / "deferred", monkeypatch, Runtime("inline"), True, costs,
                                              **DEFER_CASES[case])
     events = at_once[1]
     assert none == 0 and discarded >= 5 and (events.status == "applied").sum() >= 10
@@ -161,8 +165,9 @@ def test_deferred_tasks_on_ray_give_the_inline_tables(ray_runtime: Runtime, tmp_
     """Two pooled Ray executors (grouped calls, state handles in the object store), deferring:
     the tables of the inline run that computes every task at once."""
     case = DEFER_CASES["ditto_sync_timeout"]
-    inline, _, _ = _deferral_run(tmp_path / "inline", monkeypatch, Runtime("inline"), False, **case)
-    ray_tables, _, discarded = _deferral_run(tmp_path / "ray", monkeypatch, ray_runtime, True, **case)
+    costs = CountedCosts()
+    inline, _, _ = _deferral_run(tmp_path / "inline", monkeypatch, Runtime("inline"), False, costs, **case)
+    ray_tables, _, discarded = _deferral_run(tmp_path / "ray", monkeypatch, ray_runtime, True, costs, **case)
     assert discarded >= 3
     for a, b in zip(inline, ray_tables):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
@@ -175,9 +180,11 @@ def test_deferred_tasks_wait_a_bounded_number_of_versions(tmp_path: Path, monkey
     from fedclock.actors import client_states
 
     case = DEFER_CASES["scaffold_deadline_drop"]
-    at_once, ran_all, _ = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False, **case)
+    costs = CountedCosts()
+    at_once, ran_all, _ = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False, costs, **case)
     monkeypatch.setattr(client_states, "DEFER_VERSIONS", 0)
-    bounded, ran, discarded = _deferral_run(tmp_path / "bounded", monkeypatch, Runtime("inline"), True, **case)
+    bounded, ran, discarded = _deferral_run(tmp_path / "bounded", monkeypatch, Runtime("inline"), True, costs,
+                                            **case)
     assert ran_all - discarded < ran < ran_all  # measured: 37 at once, 36 bounded, 30 with the default window
     for a, b in zip(at_once, bounded):
         pd.testing.assert_frame_equal(a, b, check_exact=True)

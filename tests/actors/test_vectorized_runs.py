@@ -15,6 +15,7 @@ from fedclock.actors.launcher import Launcher
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
+from fedclock.scenarios.run_costs import CountedCosts
 from tests.conftest import scenario
 
 SYNC = dict(population={"num_clients": 10},
@@ -35,8 +36,9 @@ def test_split_balanced_and_instant_groups() -> None:
         InstantGroups(0)
 
 
-def _run(out: Path, rt: Runtime, **sections: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
-    run_scenario(scenario(**{**SYNC, **sections}), rt, out)
+def _run(out: Path, rt: Runtime, costs: CountedCosts | None = None,
+         **sections: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    run_scenario(scenario(**{**SYNC, **sections}), rt, out, costs=costs)
     return (pd.read_parquet(out / "metrics.parquet").drop(columns=["wall_time"]),
             pd.read_parquet(out / "events.parquet"))
 
@@ -151,9 +153,11 @@ def test_more_algorithms_vectorized_give_the_sequential_run(tmp_path: Path, algo
         return original(algorithm, payloads, *rest)
 
     monkeypatch.setattr(executor_module, "evaluate_clients", spy)
-    plain = _run(tmp_path / "one", Runtime("inline"), runtime={"backend": "inline"}, **sections)
+    costs = CountedCosts()  # counted once for both runs, as the runs of one file share them (Ditto: per size)
+    plain = _run(tmp_path / "one", Runtime("inline"), runtime={"backend": "inline"}, costs=costs, **sections)
     assert batched == []
-    vec = _run(tmp_path / "vec", Runtime("inline"), runtime={"backend": "inline", "vectorize": 8}, **sections)
+    vec = _run(tmp_path / "vec", Runtime("inline"), runtime={"backend": "inline", "vectorize": 8}, costs=costs,
+               **sections)
     assert (max(batched, default=0) > 1) == (algorithm["name"] in ("ditto", "fedavg_ft"))
     _assert_close_runs(plain, vec)
     _assert_close_frames(pd.read_parquet(tmp_path / "one" / "clients.parquet"),

@@ -10,7 +10,7 @@ import yaml
 from fedclock.scenarios.claim_stats import HOLDS
 from fedclock.scenarios.claims import Claim, ClaimError, load_claim_set, shipped_families
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.reproduce import cka_metric, measure, measure_linear
+from fedclock.scenarios.reproduce import cka_metric, measure, measure_linear, report_number
 
 SCENARIO = {
     "name": "tiny", "seed": 0,
@@ -160,6 +160,17 @@ def test_metrics_by_hand() -> None:
     assert measure(m, _claim("rounds_to_target", 0.6)) == (5.0, True)
     assert measure(m, _claim("time_to_target", 0.7)) == (20.0, True)
     assert measure(m, _claim("rounds_to_target", 0.95)) == (10.0, False)  # never: counted at the last
+    # personalized accuracy: .2 at version 0, none at 5, .9 at 10 (time 20)
+    assert measure(m, _claim("rounds_to_target_personal", 0.5)) == (10.0, True)
+    assert measure(m, _claim("time_to_target_personal", 0.2)) == (0.0, True)
+    assert measure(m, _claim("time_to_target_personal", 0.95)) == (20.0, False)
+
+
+def test_report_numbers_keep_three_significant_digits_of_virtual_seconds() -> None:
+    assert report_number(93.456, "% points") == "93.46"
+    assert report_number(0.5, "% points", "+", 3) == "+0.500"
+    assert report_number(1.2345e-5, "virtual s", "+") == "+1.23e-05"
+    assert report_number(12.0, "virtual s") == "12"
 
 
 def test_linear_metrics_read_the_average_rows(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The shipped SPFL/PLGA library files.
 
 * table2_plga_quick: with scripted lateness every method's stragglers (clients 0..4) are late
-  by exactly 1..5 rounds; the emergent run gets the same lateness from slow devices.
+  by exactly 1..5 rounds; the emergent run gets the same lateness from slow devices; the *-mix
+  runs' drawn phones give stale arrivals, on which LGA's Taylor term acts.
 * Every full-size file runs a few rounds on small generated MNIST written in the real on-disk
   format (gzipped IDX), shrunk by overrides, and its personalized models move.
 """
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 
 from fedclock.actors.runtime import Runtime
+from fedclock.scenarios.claims import load_claim_set
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import load_suite
 
@@ -24,8 +26,8 @@ LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "spfl_
 FAST = ["stop.versions=12", "evaluation.every=1000", "model.name=mlp", "evaluation.personalized=false"]
 
 
-def run_quick(name: str, tmp_path: Path) -> pd.DataFrame:
-    suite = load_suite(LIBRARY / "table2_plga_quick.yaml", FAST)
+def run_quick(name: str, tmp_path: Path, extra: list[str] | None = None) -> pd.DataFrame:
+    suite = load_suite(LIBRARY / "table2_plga_quick.yaml", FAST + (extra or []))
     s = next(r for r in suite.runs if r.name == name)
     run_scenario(s, Runtime("inline"), tmp_path)
     return pd.read_parquet(tmp_path / "events.parquet")
@@ -49,6 +51,31 @@ def test_emergent_stragglers_give_the_same_lateness_from_slow_devices(tmp_path: 
     for client in range(10):
         want = max(0, client - 4)  # slow devices 5..9: 1..5 windows late
         assert set(applied[applied.client == client].staleness) == {want}
+
+
+def test_device_mix_has_stale_arrivals_and_lga_taylor_term_acts_on_them(tmp_path: Path) -> None:
+    """The *-mix runs draw phone-class devices (GFLOP/s, charged the model's counted FLOPs) and
+    aggregate in short windows: with the MLP of the reproduction (its windows: the claim set's
+    overrides, 0.15 s) the low-end and mid-range phones miss windows, so arrivals are stale
+    (with the 10 s window the file had before, every arrival was punctual and lga-mix equalled
+    fedavg-async-mix). On those stale arrivals LGA's Taylor term acts: lga-mix and
+    lga-no-taylor-mix (taylor: false) end with different global models, so a different global
+    loss; with no stale arrival (a 10 s window) or the term off in both runs this test fails.
+    About 3 s of CPU (two runs of 12 windows)."""
+    claim_set, _ = load_claim_set("spfl_plga")
+    taylor = next(c for c in claim_set.claims if c.id == "t2-mix-taylor")
+    windows = [f"{k}={v}" for k, v in taylor.overrides.items() if k.startswith("runs.")]
+    stale = []
+    losses = []
+    for name in ("lga-mix", "lga-no-taylor-mix"):
+        events = run_quick(name, tmp_path / name, windows)
+        applied = events[events.status == "applied"]
+        stale.append(int((applied.staleness > 0).sum()))
+        assert stale[-1] >= len(applied) // 4, (name, applied.staleness.value_counts().to_dict())
+        assert set(applied[applied.staleness > 0].client) != set(range(10))  # some clients are punctual
+        losses.append(float(pd.read_parquet(tmp_path / name / "metrics.parquet").global_loss.iloc[-1]))
+    assert stale[0] == stale[1]  # the same schedule: only the Taylor term differs
+    assert losses[0] != losses[1], losses
 
 
 # --------------------------------------------------------------------------- full-size files
