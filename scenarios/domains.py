@@ -1,6 +1,6 @@
 """Multi-domain federations: every client belongs to one style domain.
 
-Sources (``dataset.name``; domains in :mod:`fedclock.scenarios.domain_names`):
+Sources (``dataset.name``; domains in :data:`fedclock.scenarios.dataset_specs.DOMAINS`):
 
 * ``digit_styles`` — bundled scikit-learn digits in four generated styles: ``original``,
   ``inverted`` (1 - x), ``blurred`` (Gaussian blur, kernel 5, sigma 1 at 16 px, scaled
