@@ -114,7 +114,7 @@ class Session:
         uploads = [r.handles().upload for r in running]
         version = self.calls.server_get(self.t.call(self.server, "receive", meta, *uploads))
         for t, report in zip(tasks, reports):
-            self._finish(t, report)
+            self._free_slot(t, report)
         self.version = int(version)
         self.states.settle_due(self.version)  # bounds the payloads held for deferred work
         return Applied(self.version, [Reported(dict(r.metrics), r.steps) for r in reports])
@@ -127,9 +127,9 @@ class Session:
                 self.states.defer(task.client, running, task.version)
             return
         self.launcher.flush()
-        self._finish(task, self.launcher.report(running) if keep_state else None)
+        self._free_slot(task, self.launcher.report(running) if keep_state else None)
 
-    def _finish(self, task: Task, report: TaskReport | None) -> None:
+    def _free_slot(self, task: Task, report: TaskReport | None) -> None:
         """Free the task's executor slot; with its ``report`` (None: its result is not kept),
         keep the client's returned state — or, when it returned none (stateless algorithms),
         hold no reference for the client (a later task gets None, exactly as from a kept None)."""

@@ -10,7 +10,7 @@ folder. The extra local training is seeded by (scenario seed, task stream, clien
 collides with a real task's randomness.
 
 With ``at_rounds: [1, 10]`` the same measurement is made instead right after the evaluation
-at each of those server versions (:class:`CKAAtRounds`; the clock evaluates there, from the
+at each of those server versions (:class:`CKAAtVersions`; the clock evaluates there, from the
 global model and the clients' stored states of that moment), and ``cka.parquet`` is
 rewritten (atomically) after each, so a crash keeps
 the measurements made so far. A resumed run keeps the rows measured before its checkpoint.
@@ -100,7 +100,7 @@ def write_cka(rows: Sequence[dict[str, Any]], out_dir: Path) -> Path:
 def run_analysis(scenario: Scenario, algorithm: Algorithm, federation: Federation, session: Any,
                  out_dir: Path, round_index: int | None = None) -> Path | None:
     """Run the scenario's end-of-run analysis on a finished session and write its file; None
-    if the scenario asks for none or measures at chosen rounds (:class:`CKAAtRounds`)."""
+    if the scenario asks for none or measures at chosen versions (:class:`CKAAtVersions`)."""
     cfg = scenario.analysis
     if cfg is None or cfg.at_rounds is not None:
         return None
@@ -109,7 +109,7 @@ def run_analysis(scenario: Scenario, algorithm: Algorithm, federation: Federatio
     return write_cka(rows, out_dir)
 
 
-class CKAAtRounds:
+class CKAAtVersions:
     """``analysis.at_rounds``: called by the session at the end of each evaluation it computes
     (not one replayed from a checkpoint's log), it measures CKA once for each chosen version
     the server has reached and not yet been measured at, and rewrites ``cka.parquet``; the

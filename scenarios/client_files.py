@@ -52,14 +52,14 @@ from fedclock.scenarios.datasets import Dataset, DatasetError, data_root
 from fedclock.scenarios.fedscale_csv import read_fedscale_csv
 from fedclock.scenarios.leaf import read_leaf
 from fedclock.scenarios.leaf_generate import write_leaf
-from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.partition_config import NaturalPartition
+from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
 from fedclock.scenarios.tff_h5 import read_tff_h5
 from fedclock.scenarios.user_data import UserData
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["UserData", "files_root", "load_client_files", "natural_dataset"]
-
-_STREAM_SAMPLE_CLIENTS = 0x4C454601
 
 
 def files_root(cfg: DatasetConfig) -> Path:
@@ -159,6 +159,6 @@ def _chosen(train: np.ndarray, test: np.ndarray, natural: NaturalPartition, seed
             raise DatasetError(f"dataset.partition.sample_clients: {natural.sample_clients} exceeds the "
                                f"{len(candidates)} users under {root} (after min_samples); allowed: "
                                f"1..{len(candidates)}")
-        rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_SAMPLE_CLIENTS]))
+        rng = numpy_rng(seed, Stream.DATA, DataStream.SAMPLE_CLIENTS)
         candidates = candidates[np.sort(rng.choice(len(candidates), natural.sample_clients, replace=False))]
     return np.sort(np.concatenate([candidates, np.flatnonzero(train == 0)]))

@@ -59,47 +59,12 @@ import torch
 import torch.nn.functional as F
 
 from fedclock.actors.federation import ClientIndex
+from fedclock.scenarios.dataset_specs import DATASET_NAMES, DATASETS
 from fedclock.scenarios.plugins import PluginError, find
 from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["DATASET_NAMES", "DATASET_SUMMARIES", "Dataset", "DatasetError", "data_root", "load_dataset"]
-
-DATASET_NAMES: tuple[str, ...] = ("digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                                  "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                                  "femnist", "shakespeare", "synthetic_leaf",
-                                  "mnist1d", "sent140", "celeba", "stackoverflow")
-
-DATASET_SUMMARIES: dict[str, str] = {
-    "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
-    "synthetic": "FedProx Synthetic(alpha, beta): per-client logistic models, natural client split",
-    "mnist": "MNIST handwritten digits, 28x28 grey, 60k train / 10k test, 10 classes",
-    "fashion_mnist": "Fashion-MNIST clothing, 28x28 grey, 60k train / 10k test, 10 classes",
-    "emnist": "EMNIST letters and digits, 28x28 grey, split chosen by dataset.emnist_split",
-    "cifar10": "CIFAR-10 objects, 32x32 colour, 50k train / 10k test, 10 classes",
-    "cifar100": "CIFAR-100 objects, 32x32 colour, 50k train / 10k test, 100 fine classes",
-    "tinyimagenet": "TinyImageNet, 64x64 colour, 100k train / 10k val (the test set), 200 classes; image "
-                    "folders under <root>/tiny-imagenet-200 (no download)",
-    "digit_styles": "multi-domain: bundled digits in 4 generated styles (original, inverted, blurred, thick)",
-    "digit_domains": "multi-domain Digit: MNIST, USPS, SVHN under root (3x32x32), 10 classes",
-    "office_home": "multi-domain Office Home: Art, Clipart, Product, Real_World ImageFolders under root, 65 classes",
-    "adaptiope": "multi-domain Adaptiope: product_images, real_life, synthetic ImageFolders under root, 123 classes",
-    "femnist": "client files (dataset.format leaf, tff_h5 or fedscale_csv): FEMNIST, one client per writer, "
-               "28x28 grey, 62 classes",
-    "shakespeare": "client files (format leaf or tff_h5): Shakespeare, one client per speaking role, 80-character "
-                   "windows, next-character targets over LEAF's 80 letters",
-    "synthetic_leaf": "client files (format leaf): LEAF's Synthetic data set, one client per user, vectors",
-    "mnist1d": "MNIST-1D: 40-long 1-D digit signals, generated locally (mnist1d package, no download), 10 classes",
-    "sent140": "client files (format leaf): Sentiment140 tweets, one client per Twitter user, 25 word indices, "
-               "2 classes",
-    "celeba": "client files (format leaf): CelebA faces, one client per celebrity, 84x84 colour, smiling or not",
-    "stackoverflow": "client files (format tff_h5): Stack Overflow, one client per user, sentences of 20 word "
-                     "indices (TFF's 10,000 words), next-word targets per token",
-}
-
-# Fixed stream ids: each random use gets its own generator seeded by (seed, stream).
-_STREAM_DIGITS_SPLIT = 0x44494701
-_STREAM_SYNTHETIC = 0x53594E01
-_STREAM_SUBSAMPLE = 0x53554201
+__all__ = ["Dataset", "DatasetError", "data_root", "load_dataset"]
 
 _SYNTHETIC_MIN_PER_CLIENT = 4
 
@@ -142,35 +107,45 @@ def data_root(cfg: DatasetConfig) -> Path:
 
 
 def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Path | None = None) -> Dataset:
-    """Load ``cfg.name`` into memory, deterministically from ``seed``. ``num_clients`` is
-    only used by datasets with their own client split (synthetic); ``plugin_dir`` (the
+    """Load ``cfg.name`` into memory, deterministically from ``seed``, with the loader its
+    spec names (:mod:`fedclock.scenarios.dataset_specs`), or a user's loader. ``num_clients``
+    is only used by datasets with their own client split (synthetic); ``plugin_dir`` (the
     scenario file's folder) is where a user's loader is looked for first. Raises
     :class:`DatasetError` for missing or broken files."""
-    if cfg.name not in DATASET_NAMES:
+    spec = DATASETS.get(cfg.name)
+    if spec is None:
         return _user_dataset(cfg, seed, num_clients, plugin_dir)
-    if cfg.name == "synthetic":
-        return _synthetic(cfg, seed, num_clients)
-    if cfg.name == "digits":
-        return _digits(cfg, seed)
-    if cfg.name == "mnist1d":
-        return _mnist1d(cfg, seed)
-    root = data_root(cfg)
-    if cfg.name in ("mnist", "fashion_mnist", "emnist"):
-        x_tr, y_tr, x_te, y_te, classes = _load_idx_family(cfg, root)
-    elif cfg.name in ("cifar10", "cifar100"):
-        x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, root)
-    elif cfg.name == "tinyimagenet":
-        from fedclock.scenarios.tinyimagenet import TinyImageNetMissing, load_tinyimagenet
+    if spec.loader is None:  # pragma: no cover - the schema asks for dataset.format, the federation for domains
+        raise DatasetError(f"dataset.format: {cfg.name} is read from client files or by domains, not loaded whole")
+    dataset: Dataset = spec.load_function()(cfg, seed, num_clients)
+    return dataset
 
-        if cfg.download:
-            raise DatasetError("dataset.download: TinyImageNet cannot be downloaded by fedclock; extract "
-                               f"tiny-imagenet-200 under {root} and set download: false")
-        try:
-            x_tr, y_tr, x_te, y_te, classes = load_tinyimagenet(root, cfg.image_size)
-        except TinyImageNetMissing as err:
-            raise DatasetError(str(err)) from None
-    else:  # pragma: no cover - the schema restricts names
-        raise DatasetError(f"dataset.name: unknown dataset {cfg.name!r} (allowed: {', '.join(DATASET_NAMES)})")
+
+def load_idx_family(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """MNIST, Fashion-MNIST or EMNIST from their IDX files (``num_clients`` is not used)."""
+    x_tr, y_tr, x_te, y_te, classes = _load_idx_family(cfg, data_root(cfg))
+    return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
+
+
+def load_cifar(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """CIFAR-10 or CIFAR-100 from their python pickles (``num_clients`` is not used)."""
+    x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, data_root(cfg))
+    return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
+
+
+def load_tinyimagenet(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """TinyImageNet from its image folders (:mod:`fedclock.scenarios.tinyimagenet`; ``num_clients``
+    is not used)."""
+    from fedclock.scenarios.tinyimagenet import TinyImageNetMissing, load_tinyimagenet as read
+
+    root = data_root(cfg)
+    if cfg.download:
+        raise DatasetError("dataset.download: TinyImageNet cannot be downloaded by fedclock; extract "
+                           f"tiny-imagenet-200 under {root} and set download: false")
+    try:
+        x_tr, y_tr, x_te, y_te, classes = read(root, cfg.image_size)
+    except TinyImageNetMissing as err:
+        raise DatasetError(str(err)) from None
     return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
 
 
@@ -229,7 +204,7 @@ def _user_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: P
     if ids is not None and ids.shape != (len(y_tr),):
         raise DatasetError(f"{where}: client_ids must hold one client id per training sample ({len(y_tr)})")
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_tr):
-        keep = np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_tr), cfg.max_train_samples, replace=False))
+        keep = _subsample(seed, len(y_tr), cfg.max_train_samples)
         x_tr, y_tr = x_tr[torch.from_numpy(keep)], y_tr[torch.from_numpy(keep)]
         ids = ids[keep] if ids is not None else None
     natural = None
@@ -249,8 +224,9 @@ def _accepted_arguments(loader: Callable[..., Any]) -> set[str]:
 
 
 # --------------------------------------------------------------------------- helpers
-def _rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
+def _subsample(seed: int, total: int, keep: int) -> np.ndarray:
+    """``dataset.max_train_samples``: the sorted indices of ``keep`` of ``total`` training samples."""
+    return np.sort(numpy_rng(seed, Stream.DATA, DataStream.SUBSAMPLE).choice(total, keep, replace=False))
 
 
 def _finish_images(cfg: DatasetConfig, seed: int, x_train: torch.Tensor, y_train: torch.Tensor,
@@ -261,7 +237,7 @@ def _finish_images(cfg: DatasetConfig, seed: int, x_train: torch.Tensor, y_train
         x_train, y_train = torch.cat([x_train, x_test]), torch.cat([y_train, y_test])
         x_test, y_test = x_train[:0], y_train[:0]
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_train):
-        keep = np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_train), cfg.max_train_samples, replace=False))
+        keep = _subsample(seed, len(y_train), cfg.max_train_samples)
         keep_t = torch.from_numpy(keep)
         x_train, y_train = x_train[keep_t], y_train[keep_t]
     x_train = x_train.to(torch.float32, copy=True).div_(scale)
@@ -295,19 +271,20 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     origin = Path(spec.origin) if spec is not None and spec.origin is not None else None
     path = origin.parent / "datasets" / "data" / "digits.csv.gz" if origin is not None else None
     if path is None or not path.is_file():
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits as sklearn_digits
 
-        x, y = load_digits(return_X_y=True)
+        x, y = sklearn_digits(return_X_y=True)
         return x, y
     with gzip.open(path, mode="rt", encoding="utf-8") as text:
         data = np.loadtxt(text, delimiter=",")
     return data[:, :-1], data[:, -1].astype(int, copy=False)
 
 
-def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
-    """scikit-learn digits with a stratified, seeded global test split."""
+def load_digits(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """scikit-learn digits with a stratified, seeded global test split (``num_clients`` is not
+    used)."""
     x, y = _digits_arrays()
-    rng = _rng(seed, _STREAM_DIGITS_SPLIT)
+    rng = numpy_rng(seed, Stream.DATA, DataStream.DIGITS_SPLIT)
     test_parts = []
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))
@@ -321,25 +298,25 @@ def _digits(cfg: DatasetConfig, seed: int) -> Dataset:
 
 
 # --------------------------------------------------------------------------- MNIST-1D
-def _mnist1d(cfg: DatasetConfig, seed: int) -> Dataset:
+def load_mnist1d(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     """MNIST-1D vectors (N, 40), generated locally (:mod:`fedclock.scenarios.mnist1d`), used as
-    generated (the package standardizes them); ``max_train_samples`` subsamples the pool."""
-    from fedclock.scenarios.mnist1d import load_mnist1d
+    generated (the package standardizes them); ``max_train_samples`` subsamples the pool
+    (``num_clients`` is not used)."""
+    from fedclock.scenarios.mnist1d import load_mnist1d as generate
 
     if cfg.image_size is not None:
         raise DatasetError("dataset.image_size: mnist1d samples are 1-D signals, not images; remove image_size")
-    raw = load_mnist1d(cfg.mnist1d_samples, cfg.global_test_fraction, data_root(cfg))
+    raw = generate(cfg.mnist1d_samples, cfg.global_test_fraction, data_root(cfg))
     x_tr, y_tr = torch.from_numpy(raw["x_train"]), torch.from_numpy(raw["y_train"])
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_tr):
-        keep = torch.from_numpy(np.sort(_rng(seed, _STREAM_SUBSAMPLE).choice(len(y_tr), cfg.max_train_samples,
-                                                                             replace=False)))
+        keep = torch.from_numpy(_subsample(seed, len(y_tr), cfg.max_train_samples))
         x_tr, y_tr = x_tr[keep], y_tr[keep]
     return Dataset(cfg.name, x_tr.contiguous(), y_tr, torch.from_numpy(raw["x_test"]).contiguous(),
                    torch.from_numpy(raw["y_test"]), 10, None)
 
 
 # --------------------------------------------------------------------------- synthetic
-def _synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+def load_synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     """FedProx Synthetic(alpha, beta) (Li et al. 2020, after Shamir et al.).
 
     For client k: ``u_k ~ N(0, alpha)``, ``W_k ~ N(u_k, 1)`` (classes x dim),
@@ -351,7 +328,7 @@ def _synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     """
     if cfg.image_size is not None:
         raise DatasetError("dataset.image_size: synthetic data are vectors, not images; remove image_size")
-    rng = _rng(seed, _STREAM_SYNTHETIC)
+    rng = numpy_rng(seed, Stream.DATA, DataStream.SYNTHETIC)
     dim, classes = cfg.synthetic_features, cfg.synthetic_classes
     sizes = _synthetic_sizes(rng, num_clients, cfg.synthetic_samples)
     if int(sizes.sum()) * dim > MAX_SYNTHETIC_VALUES:  # each client is raised to a minimum size

@@ -1,6 +1,6 @@
 """Multi-domain federations: every client belongs to one style domain.
 
-Sources (``dataset.name``; domains in :mod:`fedclock.scenarios.domain_names`):
+Sources (``dataset.name``; domains in :data:`fedclock.scenarios.dataset_specs.DOMAINS`):
 
 * ``digit_styles`` — bundled scikit-learn digits in four generated styles: ``original``,
   ``inverted`` (1 - x), ``blurred`` (Gaussian blur, kernel 5, sigma 1 at 16 px, scaled
@@ -51,26 +51,17 @@ import torch.nn.functional as F
 from fedclock.actors.federation import Federation
 from fedclock.scenarios.client_split import client_test_split
 from fedclock.scenarios.datasets import DatasetError, _download, data_root
-from fedclock.scenarios.domain_names import DOMAINS
+from fedclock.scenarios.dataset_specs import DOMAINS
 from fedclock.scenarios.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, DomainsConfig
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["ALL_DOMAINS", "DOMAINS", "DomainData", "build_domain_federation", "load_domains", "style_digits"]
-
-_STREAM_DEAL = 0x444F4D01
-_STREAM_SUBSAMPLE = 0x444F4D02
-_STREAM_PARTITION = 0x444F4D03
-_STREAM_CLIENT_SPLIT = 0x444F4D04
-_STREAM_TEST_SPLIT = 0x444F4D05
+__all__ = ["ALL_DOMAINS", "DomainData", "build_domain_federation", "load_domains", "style_digits"]
 
 DomainData = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """One domain: train images (N, C, H, W) float in [0, 1], train labels, test images, test labels."""
 
 _FOLDERS = {"office_home": "OfficeHome", "adaptiope": "Adaptiope"}
-
-
-def _rng(seed: int, stream: int, *keys: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, stream, *keys]))
 
 
 # --------------------------------------------------------------------------- styles
@@ -105,7 +96,7 @@ def _digit_styles(cfg: DatasetConfig, names: Sequence[str], seed: int) -> tuple[
 
     x, y = load_digits(return_X_y=True)
     side = cfg.image_size or 16
-    rng = _rng(seed, _STREAM_DEAL)
+    rng = numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_DEAL)
     owner = np.empty(len(y), dtype=np.int64)
     for c in np.unique(y):  # deal each class round-robin over the domains, in random order
         idx = rng.permutation(np.flatnonzero(y == c))
@@ -116,7 +107,8 @@ def _digit_styles(cfg: DatasetConfig, names: Sequence[str], seed: int) -> tuple[
     out = []
     for k, name in enumerate(names):
         idx = np.flatnonzero(owner == k)
-        is_test = _stratified_test(y[idx], cfg.global_test_fraction, _rng(seed, _STREAM_TEST_SPLIT, k))
+        is_test = _stratified_test(y[idx], cfg.global_test_fraction,
+                                   numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_TEST_SPLIT, k))
         styled = style_digits(images[torch.from_numpy(idx)], name)
         labels = torch.from_numpy(y[idx].astype(np.int64))
         tr, te = torch.from_numpy(~is_test), torch.from_numpy(is_test)
@@ -213,7 +205,8 @@ def _image_folder(cfg: DatasetConfig, names: Sequence[str], root: Path, seed: in
                                f"{base / names[0]}; every domain needs the same classes")
         xs = torch.stack([ds[i][0] for i in range(len(ds))])
         ys = np.asarray(ds.targets, dtype=np.int64)
-        is_test = _stratified_test(ys, cfg.global_test_fraction, _rng(seed, _STREAM_TEST_SPLIT, k))
+        is_test = _stratified_test(ys, cfg.global_test_fraction,
+                                   numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_TEST_SPLIT, k))
         tr, te = torch.from_numpy(~is_test), torch.from_numpy(is_test)
         y_t = torch.from_numpy(ys)
         out.append((xs[tr], y_t[tr], xs[te], y_t[te]))
@@ -265,7 +258,7 @@ def build_domain_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> 
     size = dom.samples_per_domain or int(round(float(np.mean([int(d[1].shape[0]) for d in data]))))
     xs, ys, xts, yts, dom_train, dom_test = [], [], [], [], [], []
     for k, (x_tr, y_tr, x_te, y_te) in enumerate(data):
-        rng = _rng(seed, _STREAM_SUBSAMPLE, k)
+        rng = numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_SUBSAMPLE, k)
         keep = torch.from_numpy(_equal_size(len(y_tr), size, rng))
         xs.append(x_tr[keep])
         ys.append(y_tr[keep])
@@ -282,7 +275,7 @@ def build_domain_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> 
     x, x_test = ((x - mean) / std).contiguous(), ((x_test - mean) / std).contiguous()
     y = torch.cat(ys).to(torch.int64)
     train_domain = np.concatenate(dom_train)
-    split_rng = _rng(seed, _STREAM_CLIENT_SPLIT)
+    split_rng = numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_CLIENT_SPLIT)
     client_train: list[np.ndarray] = []
     client_test: list[np.ndarray] = []
     if centralized:
@@ -295,7 +288,7 @@ def build_domain_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> 
         members = np.flatnonzero(train_domain == k)
         try:
             parts = partition_indices(y.numpy()[members], per_domain, cfg.partition,
-                                      _rng(seed, _STREAM_PARTITION, k))
+                                      numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_PARTITION, k))
         except ValueError as err:
             raise DatasetError(str(err)) from err
         for j, part in enumerate(parts):

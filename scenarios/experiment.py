@@ -23,7 +23,7 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
-from fedclock.scenarios.analysis import CKAAtRounds, run_analysis
+from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
@@ -34,7 +34,8 @@ from fedclock.scenarios.participation import Participation
 from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_disk
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
-from fedclock.scenarios.schema import AsyncMode, Scenario, SyncMode
+from fedclock.scenarios.schema import Scenario
+from fedclock.scheduling.modes import AsyncMode, SyncMode
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.population import PopulationConfig, client_classes, population_availability
 from fedclock.scheduling.devices import Devices, task_timing
@@ -303,7 +304,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     selector = build_selector(scenario.selection, seed, scenario.plugin_dir)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None
     if cka_at is not None:
-        session.after_evaluation = CKAAtRounds(scenario, algorithm, federation, session, out_dir,
+        session.after_evaluation = CKAAtVersions(scenario, algorithm, federation, session, out_dir,
                                                lambda: clock.round, None if checkpoint is None else checkpoint.version)
     costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
     feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)

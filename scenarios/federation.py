@@ -24,14 +24,14 @@ import torch
 from fedclock.actors.federation import ClientIndex, Federation
 from fedclock.scenarios.client_files import load_client_files
 from fedclock.scenarios.client_split import client_test_split
+from fedclock.scenarios.dataset_specs import DOMAINS
 from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.partitions import partition_indices
-from fedclock.scenarios.schema import DatasetConfig, NaturalPartition
+from fedclock.scenarios.partition_config import NaturalPartition
+from fedclock.scenarios.schema import DatasetConfig
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["Federation", "build_federation"]
-
-_STREAM_PARTITION = 0x50415201
-_STREAM_CLIENT_SPLIT = 0x53504C01
 
 
 def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir: Path | None = None) -> Federation:
@@ -43,8 +43,6 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
     without training data. Multi-domain sources go to
     :func:`~fedclock.scenarios.domains.build_domain_federation`.
     """
-    from fedclock.scenarios.domain_names import DOMAINS
-
     if cfg.name in DOMAINS:
         from fedclock.scenarios.domains import build_domain_federation
 
@@ -63,12 +61,12 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
         if ds.y_train.dim() > 1 and cfg.partition.type != "iid":
             raise DatasetError(f"dataset.partition.type: {cfg.partition.type} splits by class, but {cfg.name} has "
                                "a target per token (allowed: natural, iid)")
-        rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_PARTITION]))
+        rng = numpy_rng(seed, Stream.DATA, DataStream.PARTITION)
         try:
             parts = partition_indices(ds.y_train.numpy(), num_clients, cfg.partition, rng)
         except ValueError as err:
             raise DatasetError(str(err)) from err
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_CLIENT_SPLIT]))
+    rng = numpy_rng(seed, Stream.DATA, DataStream.CLIENT_SPLIT)
     # written straight into flat arrays (ClientIndex): no train and test array per client
     total = sum(len(idx) for idx in parts)
     flat_train, flat_test = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)

@@ -24,22 +24,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from fedclock.scenarios.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW
 from fedclock.scenarios.schema import GeneratedFiles
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["write_leaf"]
-
-_STREAM_GENERATE = 0x47454E01
 
 
 def write_leaf(folder: Path, name: str, cfg: GeneratedFiles, seed: int) -> None:
     """Write ``folder/train/all_data_train.json`` and ``folder/test/all_data_test.json``."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_GENERATE]))
+    rng = numpy_rng(seed, Stream.DATA, DataStream.GENERATE)
     sizes = np.maximum(4, np.round(cfg.mean_samples * rng.lognormal(0.0, 0.8, cfg.users))).astype(int)
-    make = {"femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _synthetic}[name]
+    make = WRITERS[name]
     parts: dict[str, dict] = {p: {"users": [], "num_samples": [], "user_data": {}} for p in ("train", "test")}
     for u, (x, y) in enumerate(make(rng, sizes)):
         user = f"u{u:05d}"
@@ -103,3 +103,8 @@ def _synthetic(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, 
         y = np.argmax(x @ w.T, axis=1)
         users.append((x.tolist(), [int(v) for v in y]))
     return users
+
+
+WRITERS: dict[str, Callable[[np.random.Generator, np.ndarray], list[tuple[list, list]]]] = {
+    "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _synthetic}
+"""The datasets ``dataset.generate`` writes (``GENERATED`` in :mod:`fedclock.scenarios.dataset_specs`)."""

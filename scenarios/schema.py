@@ -9,59 +9,32 @@ that algorithm's own typed ``Params`` model by the loader.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationInfo, model_validator
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
-# them into the file format and re-exports them under their old names here.
+# them into the file format (import them from their own modules).
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
-from fedclock.actors.runtime_config import (MAX_ACTOR_CPUS, MAX_ACTOR_GPUS, MAX_ACTORS, MAX_THREADS, MAX_VECTORIZE,
-                                            RuntimeConfig)
+from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
-from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, DiurnalAvailability,
-                                                     MarkovOnOff, PeriodicMissing, TraceAvailability, TracePath)
-from fedclock.scheduling.completeness_connectivity import (BetaFraction, ChoiceFraction, CompletenessConfig,
-                                                           ConnectivityConfig, FixedFraction, FractionDistribution,
-                                                           FullWork, PerSecondLoss, PerTaskLoss, RandomFraction,
-                                                           Reliable, TimeBudget, UniformFraction, UnitFraction,
-                                                           can_lose)
-from fedclock.scheduling.distributions import (ChoiceDist, ConstantDist, DeviceDistributions, Distribution,
-                                               LogNormalDist, LogUniformDist, UniformDist)
-from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, OrderedRange, PositiveFloat, StrictModel
-from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode, WindowAggregation
-from fedclock.scenarios.partition_config import (ClassSamplingPartition, DirichletByClassPartition,
-                                                 DirichletPartition, IIDPartition, NaturalPartition, PartitionConfig,
-                                                 PathologicalPartition, ShardsPartition)
-from fedclock.scheduling.lateness import LateClients, check_clients, late_map  # noqa: F401 (LateClients re-exported)
+from fedclock.scenarios.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, FILE_DATASETS, FILE_FORMATS,
+                                             FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE)
+from fedclock.scheduling.completeness_connectivity import TimeBudget, can_lose
+from fedclock.scheduling.model_base import NonNegativeFloat, PositiveFloat, StrictModel
+from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode
+from fedclock.scenarios.partition_config import IIDPartition, NaturalPartition, PartitionConfig
+from fedclock.scheduling.lateness import check_clients, late_map
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
-from fedclock.scheduling.population import MAX_CLIENTS, ClientOverride, PopulationConfig, Tag
-from fedclock.scheduling.timeline_events import (DEVICE_FIELDS, ClientGroup, CohortEvent, ConcurrencyEvent, JoinEvent,
-                                                 OfflineEvent, OnlineEvent, ScaleEvent, ServerUplinkEvent, SetEvent,
-                                                 TimelineEvent, timeline_problem)
+from fedclock.scheduling.population import PopulationConfig
+from fedclock.scheduling.timeline_events import TimelineEvent, timeline_problem
 
 __all__ = [
-    # Re-exported from the layers that own them.
-    "MAX_ACTOR_CPUS", "MAX_ACTOR_GPUS", "MAX_ACTORS", "MAX_THREADS", "MAX_VECTORIZE", "RuntimeConfig",
-    "AlwaysAvailable", "AvailabilityConfig", "DiurnalAvailability", "MarkovOnOff", "PeriodicMissing",
-    "TraceAvailability", "TracePath", "BetaFraction", "ChoiceFraction", "CompletenessConfig", "ConnectivityConfig",
-    "FixedFraction", "FractionDistribution", "FullWork", "PerSecondLoss", "PerTaskLoss", "RandomFraction", "Reliable",
-    "TimeBudget", "UniformFraction", "UnitFraction", "can_lose", "ChoiceDist", "ConstantDist", "DeviceDistributions",
-    "Distribution", "LogNormalDist", "LogUniformDist", "UniformDist", "Fraction", "NonNegativeFloat", "OrderedRange",
-    "PositiveFloat", "StrictModel", "AsyncMode", "ModeConfig", "StopConfig", "SyncMode", "WindowAggregation",
-    "SelectionConfig", "MAX_CLIENTS", "ClientOverride", "PopulationConfig", "Tag", "DEVICE_FIELDS", "ClientGroup",
-    "CohortEvent",
-    "ConcurrencyEvent", "JoinEvent", "OfflineEvent", "OnlineEvent", "ScaleEvent", "ServerUplinkEvent", "SetEvent",
-    "TimelineEvent", "timeline_problem",
-    "ServerOptimizerConfig", "ServerOptimizerSection", "FileFormat", "FORMAT_DATASETS", "FILE_DATASETS",
-    "GeneratedFiles",
-    # Defined here.
-    "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES", "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES",
-    "IIDPartition", "DirichletPartition", "DirichletByClassPartition", "ShardsPartition", "PathologicalPartition",
-    "ClassSamplingPartition", "NaturalPartition", "PartitionConfig", "POOLABLE", "MULTI_DOMAIN", "DatasetName",
-    "DomainsConfig", "DatasetConfig", "ModelConfig", "LinearEvalConfig", "EvaluationConfig", "OutputConfig",
-    "CKAAnalysis", "AlgorithmConfig", "evaluation_problem", "Scenario", "ShippedModel",
+    "ServerOptimizerSection", "FileFormat", "GeneratedFiles", "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES",
+    "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES", "DatasetName", "DomainsConfig", "DatasetConfig", "ModelConfig",
+    "LinearEvalConfig", "EvaluationConfig", "OutputConfig", "CKAAnalysis", "AlgorithmConfig", "evaluation_problem",
+    "Scenario", "ShippedModel",
 ]
 
 
@@ -81,25 +54,14 @@ MAX_SYNTHETIC_VALUES = 200_000_000
 
 
 # --------------------------------------------------------------------------- data
-POOLABLE: tuple[str, ...] = ("mnist", "fashion_mnist", "emnist", "cifar10", "cifar100", "tinyimagenet")
-"""Datasets with an official train/test split, which ``dataset.pool: all`` pools."""
-MULTI_DOMAIN: tuple[str, ...] = ("digit_styles", "digit_domains", "office_home", "adaptiope")
-"""Multi-domain sources (:mod:`fedclock.scenarios.domains`): ``pool: all`` is not offered for them."""
-
-DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100",
-                      "tinyimagenet", "digit_styles", "digit_domains", "office_home", "adaptiope",
-                      "femnist", "shakespeare", "synthetic_leaf", "mnist1d", "sent140", "celeba", "stackoverflow"]
-
-FileFormat = Literal["leaf", "tff_h5", "fedscale_csv"]
-"""Published client-file formats (:mod:`fedclock.scenarios.client_files`)."""
-FORMAT_DATASETS: dict[str, tuple[str, ...]] = {
-    "leaf": ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba"),
-    "tff_h5": ("femnist", "shakespeare", "cifar100", "stackoverflow"),
-    "fedscale_csv": ("femnist",),
-}
-"""The datasets each format is read for."""
-FILE_DATASETS: tuple[str, ...] = ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba", "stackoverflow")
-"""Datasets that exist only as client files (they need ``dataset.format``)."""
+if TYPE_CHECKING:  # a name, and mypy cannot read a Literal built from a tuple
+    DatasetName = str
+    FileFormat = str
+else:
+    DatasetName = Literal[DATASET_NAMES]
+    FileFormat = Literal[FILE_FORMATS]
+"""``dataset.name`` of a shipped dataset and ``dataset.format``, from their registry
+(:mod:`fedclock.scenarios.dataset_specs`)."""
 
 
 class GeneratedFiles(StrictModel):
@@ -184,21 +146,24 @@ class DatasetConfig(StrictModel):
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
                              f"not {self.name}")
-        if self.generate is not None and self.format != "leaf" and self.name != "stackoverflow":
-            raise ValueError(f"generate: generates leaf files, or tff_h5 files of stackoverflow (format is "
-                             f"{self.format})")
-        if self.generate is not None and self.name in ("sent140", "celeba"):
-            raise ValueError(f"generate: writes femnist, shakespeare or synthetic_leaf files, not {self.name}")
+        made = GENERATED[self.format]
+        if self.generate is not None and self.name not in made:
+            if not made:
+                writes = ", or ".join(f"{f} files of {', '.join(n)}" for f, n in GENERATED.items() if n)
+                raise ValueError(f"generate: generates {writes} (format is {self.format})")
+            names = f"{', '.join(made[:-1])} or {made[-1]}" if len(made) > 1 else made[0]
+            raise ValueError(f"generate: writes {names} files, not {self.name}")
         if self.pool == "all":
             raise ValueError("pool: client files keep every user's own train and test data; use pool: train")
         return self
 
     @model_validator(mode="after")
     def _natural_only_for_synthetic(self) -> "DatasetConfig":
-        if isinstance(self.partition, NaturalPartition) and self.name in get_args(DatasetName) \
-                and self.name != "synthetic" and self.format is None:
+        spec = DATASETS.get(self.name)
+        if isinstance(self.partition, NaturalPartition) and spec is not None and not spec.natural_split \
+                and self.format is None:
             raise ValueError("partition.type: 'natural' needs a dataset with its own client split "
-                             "(allowed with: synthetic, or client files: dataset.format)")
+                             f"(allowed with: {', '.join(NATURAL_SPLIT)}, or client files: dataset.format)")
         if self.name == "synthetic" and self.image_size is not None:
             raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
         if self.name == "synthetic" and self.synthetic_samples * self.synthetic_features > MAX_SYNTHETIC_VALUES:
@@ -213,8 +178,6 @@ class DatasetConfig(StrictModel):
         if self.pool == "all" and self.client_test_fraction == 0:
             raise ValueError("client_test_fraction: pool 'all' takes the global test set from the clients' test "
                              "splits, so it must be above 0")
-        from fedclock.scenarios.domain_names import DOMAINS
-
         if self.domains is not None and self.name not in DOMAINS:
             raise ValueError(f"domains: {self.name} is not a multi-domain source (allowed with: {', '.join(DOMAINS)})")
         if self.domains is not None and self.domains.names is not None:

@@ -27,10 +27,10 @@ import numpy as np
 
 from fedclock.scenarios.schema import GeneratedFiles
 from fedclock.scenarios.stackoverflow import WORD_COUNTS
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["write_stackoverflow"]
 
-_STREAM_GENERATE = 0x534F4701
 _WORDS = 150
 _SUCCESSORS = np.array([0.55, 0.25, 0.12, 0.08])
 
@@ -40,7 +40,7 @@ def write_stackoverflow(folder: Path, cfg: GeneratedFiles, seed: int) -> None:
     into ``folder``."""
     import h5py  # imported when used: a second of start-up otherwise
 
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_GENERATE]))
+    rng = numpy_rng(seed, Stream.DATA, DataStream.STACKOVERFLOW_GENERATE)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words: list[str] = []
     while len(words) < _WORDS:

@@ -2,7 +2,13 @@
 
 Every random draw in a run comes from a generator seeded by (scenario seed, stream, keys…),
 e.g. (seed, TASK, client, task index). Nothing depends on global RNG state, the number of
-actors or the order in which Ray happens to run things.
+actors or the order in which Ray happens to run things. This module is the only home of
+seeding: every layer that may import it draws through :func:`numpy_rng` or :func:`torch_rng`
+(``algorithms/`` may not import it and gets its generators from the caller).
+
+Loading and splitting data draws from ``Stream.DATA`` keyed first by a :class:`DataStream`
+(the random use: a partition, a subsample, a test split...) and then by that use's own keys
+(e.g. a domain index): ``numpy_rng(seed, Stream.DATA, DataStream.PARTITION)``.
 """
 from __future__ import annotations
 
@@ -28,11 +34,55 @@ class Stream(IntEnum):
     SELECTION = 12
 
 
+class DataStream(IntEnum):
+    """The first key of ``Stream.DATA``: one per random use in loading and splitting data
+    (``scenarios/``). The values are those the data modules used before they shared this
+    scheme, so every split drawn from them is unchanged."""
+
+    DIGITS_SPLIT = 0x44494701
+    """digits' stratified global test split (:mod:`fedclock.scenarios.datasets`)."""
+    SYNTHETIC = 0x53594E01
+    """FedProx Synthetic(alpha, beta) generation."""
+    SUBSAMPLE = 0x53554201
+    """``dataset.max_train_samples`` of a single dataset."""
+    PARTITION = 0x50415201
+    """The partition of the training pool among clients (:mod:`fedclock.scenarios.federation`)."""
+    CLIENT_SPLIT = 0x53504C01
+    """Every client's own test split."""
+    SAMPLE_CLIENTS = 0x4C454601
+    """Client files: ``partition.sample_clients`` (:mod:`fedclock.scenarios.client_files`)."""
+    GENERATE = 0x47454E01
+    """``dataset.generate``'s LEAF files (:mod:`fedclock.scenarios.leaf_generate`)."""
+    STACKOVERFLOW_GENERATE = 0x534F4701
+    """``dataset.generate``'s Stack Overflow TFF files (:mod:`fedclock.scenarios.stackoverflow_generate`)."""
+    DOMAIN_DEAL = 0x444F4D01
+    """Multi-domain sources (:mod:`fedclock.scenarios.domains`): dealing clients to domains."""
+    DOMAIN_SUBSAMPLE = 0x444F4D02
+    """Each domain's training pool size (keyed by the domain)."""
+    DOMAIN_PARTITION = 0x444F4D03
+    """The partition of each domain among its clients (keyed by the domain)."""
+    DOMAIN_CLIENT_SPLIT = 0x444F4D04
+    """The clients' own test splits of a multi-domain federation."""
+    DOMAIN_TEST_SPLIT = 0x444F4D05
+    """Each domain's global test split (keyed by the domain)."""
+
+
 def _entropy(seed: int, stream: Stream, keys: tuple[int, ...]) -> list[int]:
     """SeedSequence entropy for (seed, stream, keys), one-to-one: the number of keys first,
     then every value as two 32-bit words. (SeedSequence pads short entropy with zeros and
     splits big integers into as many words as they need, so passing the values as they are
-    would make e.g. (s, stream) and (s, stream, 0), or seeds 2**32 + a and a, collide.)"""
+    would make e.g. (s, stream) and (s, stream, 0), or seeds 2**32 + a and a, collide.)
+
+    ``Stream.DATA`` keyed first by a :class:`DataStream` keeps the entropy the data modules
+    used before they shared this scheme, ``[seed, data stream, *keys]`` as SeedSequence reads
+    it, so no partition or split a user has run changes. Each data stream always takes the
+    same number of keys, so these lists (at most four words) do not collide with each other
+    for seeds below 2**32, nor with the one-to-one lists (at least six words)."""
+    if stream is Stream.DATA and keys and isinstance(keys[0], DataStream):
+        for value in (seed, *keys):
+            if not 0 <= int(value) < 1 << 64:
+                raise ValueError(f"seeds and keys must be in [0, 2**64) (got {value})")
+        return [int(seed), *(int(k) for k in keys)]
     words = []
     for value in (len(keys), int(seed), int(stream), *(int(k) for k in keys)):
         if not 0 <= value < 1 << 64:

@@ -8,7 +8,7 @@ import pytest
 
 from fedclock.algorithms.registry import algorithm_names
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.datasets import DATASET_NAMES
+from fedclock.scenarios.dataset_specs import DATASET_NAMES
 
 GOOD = """\
 name: ok

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fedclock.scenarios.partitions import partition_indices
-from fedclock.scenarios.schema import (ClassSamplingPartition, DirichletByClassPartition, DirichletPartition,
-                                       IIDPartition, NaturalPartition, PathologicalPartition, ShardsPartition)
+from fedclock.scenarios.partition_config import (ClassSamplingPartition, DirichletByClassPartition, DirichletPartition,
+                                                 IIDPartition, NaturalPartition, PathologicalPartition, ShardsPartition)
 
 LABELS = np.repeat(np.arange(10), 100)[np.random.default_rng(0).permutation(1000)]
 

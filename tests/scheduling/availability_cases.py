@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedclock.scenarios.schema import (AsyncMode, ClientGroup, JoinEvent, OfflineEvent, OnlineEvent,
-                                       PopulationConfig, StopConfig, SyncMode, WindowAggregation)
+from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode, WindowAggregation
+from fedclock.scheduling.population import PopulationConfig
+from fedclock.scheduling.timeline_events import ClientGroup, JoinEvent, OfflineEvent, OnlineEvent
 from fedclock.scheduling.availability import Always, Availability, Diurnal, Markov, Periodic, TraceReplay
 from fedclock.scheduling.clock import Clock, TaskCosts
 from fedclock.scheduling.devices import Devices

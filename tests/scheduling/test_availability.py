@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedclock.scenarios.schema import AlwaysAvailable, MarkovOnOff, PeriodicMissing, PopulationConfig
 from fedclock.scheduling.availability import Always, Markov, Periodic
-from fedclock.scheduling.availability_config import AvailabilityModel, TraceFiles
-from fedclock.scheduling.population import population_availability
+from fedclock.scheduling.availability_config import (AvailabilityModel, TraceFiles, AlwaysAvailable, MarkovOnOff,
+                                                     PeriodicMissing)
+from fedclock.scheduling.population import population_availability, PopulationConfig
 from fedclock.scheduling.rng import Stream, numpy_rng
 
 

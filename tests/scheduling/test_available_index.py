@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedclock.scenarios.schema import OfflineEvent, OnlineEvent, PopulationConfig
+from fedclock.scheduling.population import PopulationConfig
+from fedclock.scheduling.timeline_events import OfflineEvent, OnlineEvent
 from fedclock.scheduling.availability import Always, Availability, Diurnal, Markov, Periodic, TraceReplay
 from fedclock.scheduling.available_index import Fenwick, IdleAvailable, build_index, select_in_union
 from fedclock.scheduling.candidates import ScannedIdleClients

@@ -28,7 +28,9 @@ import pytest
 import simpy
 from pydantic import TypeAdapter
 
-from fedclock.scenarios.schema import AsyncMode, PopulationConfig, StopConfig, SyncMode, TimelineEvent
+from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
+from fedclock.scheduling.population import PopulationConfig
+from fedclock.scheduling.timeline_events import TimelineEvent
 from fedclock.scheduling.availability import Always, Availability, Markov, Periodic
 from fedclock.scheduling.clock import Clock, Task, TaskCosts
 from fedclock.scheduling.devices import Devices

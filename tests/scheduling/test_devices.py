@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from fedclock.scenarios.schema import PopulationConfig
+from fedclock.scheduling.population import PopulationConfig
 from fedclock.scheduling.devices import (DeviceProfile, Devices, TaskTiming, sample, task_timing,
                                          transfer_seconds)
 from fedclock.scheduling.rng import Stream, numpy_rng

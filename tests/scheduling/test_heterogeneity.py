@@ -19,7 +19,7 @@ import simpy
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
-from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
+from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
 from fedclock.scheduling.clock import LOST, Clock, Task, TaskCosts
 from fedclock.scheduling.devices import Devices
 from fedclock.scheduling.availability import Always

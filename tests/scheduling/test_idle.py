@@ -54,7 +54,7 @@ class _AlsoAlways:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_rank_lookup_draws_the_same_clients_as_the_scan(mode: str) -> None:
-    from fedclock.scenarios.schema import AsyncMode, StopConfig, SyncMode
+    from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
     from fedclock.scheduling.availability import Always
     from fedclock.scheduling.clock import Clock, TaskCosts
     from fedclock.scheduling.devices import Devices

@@ -69,7 +69,7 @@ def test_an_async_clock_gives_the_same_events_with_batches_as_with_scalar_draws(
     """A 2,000-client async run (slot picks draw in batches; with a task timeout, give-ups
     change the idle count mid-batch) against the same run drawing every rank alone; then
     the clock's generator is in the same state."""
-    from fedclock.scenarios.schema import AsyncMode, StopConfig
+    from fedclock.scheduling.modes import AsyncMode, StopConfig
     from fedclock.scheduling.clock import TaskCosts
     from fedclock.scheduling.rng import Stream, numpy_rng
     from tests.scheduling.test_clock_golden import build, lognormal_devices

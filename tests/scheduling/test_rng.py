@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedclock.scheduling.rng import Stream, numpy_rng, seed_for, torch_rng
+from fedclock.scheduling.rng import DataStream, Stream, numpy_rng, seed_for, torch_rng
 
 
 def test_seed_for_is_a_pure_function_of_its_inputs() -> None:
@@ -78,3 +80,22 @@ def test_no_aliasing_from_trailing_zero_keys_or_big_integers() -> None:
     for a, b in pairs:
         assert seed_for(*a) != seed_for(*b), (a, b)
         assert not np.array_equal(numpy_rng(*a).random(4), numpy_rng(*b).random(4)), (a, b)
+
+
+def test_data_streams_keep_the_entropy_the_data_modules_used() -> None:
+    # Before the data modules shared Stream.DATA each seeded SeedSequence([seed, stream id, *keys]);
+    # every partition and split a user ran depends on these exact generators.
+    for seed, data, keys in itertools.product((0, 5, 2**40), list(DataStream), ((), (2,))):
+        old = np.random.default_rng(np.random.SeedSequence([seed, int(data), *keys])).random(4)
+        np.testing.assert_array_equal(numpy_rng(seed, Stream.DATA, data, *keys).random(4), old)
+    assert not np.array_equal(numpy_rng(0, Stream.DATA, DataStream.PARTITION).random(4),
+                              numpy_rng(0, Stream.DATA, int(DataStream.PARTITION)).random(4))
+
+
+def test_rng_is_the_only_home_of_numpy_seeding() -> None:
+    root = Path(__file__).resolve().parents[2]
+    found = [f"{path.relative_to(root)}:{n}" for layer in ("actors", "algorithms", "scheduling", "scenarios")
+             for path in sorted((root / layer).rglob("*.py")) if path.name != "rng.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"SeedSequence\(|default_rng\(", line)]
+    assert not found, found

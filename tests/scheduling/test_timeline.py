@@ -17,7 +17,7 @@ import pytest
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError, load_suite
-from fedclock.scenarios.schema import ClientGroup
+from fedclock.scheduling.timeline_events import ClientGroup
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.timeline import resolve_group
 from tests.conftest import scenario
