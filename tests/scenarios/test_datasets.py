@@ -172,15 +172,16 @@ def test_synthetic_subsample_keeps_every_client() -> None:
 
 def test_synthetic_samples_are_each_clients_draws_in_client_order() -> None:
     """The generator writes every client's draws straight into the flat arrays: the result
-    equals drawing each client's samples (FedProx Synthetic, datasets._synthetic's docstring)
+    equals drawing each client's samples (FedProx Synthetic, datasets.load_synthetic's docstring)
     and concatenating them, and the natural split is offsets into them, not an array per client."""
     from fedclock.actors.federation import ClientIndex
     from fedclock.scenarios import datasets
+    from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
     cfg = DatasetConfig(name="synthetic", synthetic_samples=300, synthetic_features=6, synthetic_classes=3,
                         partition={"type": "natural"})
     ds = load_dataset(cfg, seed=5, num_clients=7)
-    rng = datasets._rng(5, datasets._STREAM_SYNTHETIC)
+    rng = numpy_rng(5, Stream.DATA, DataStream.SYNTHETIC)
     sizes = datasets._synthetic_sizes(rng, 7, 300)
     sd = np.power(np.arange(1, 7, dtype=np.float64), -1.2) ** 0.5
     u, big_b = rng.normal(0.0, cfg.synthetic_alpha, 7), rng.normal(0.0, cfg.synthetic_beta, 7)
