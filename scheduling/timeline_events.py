@@ -107,6 +107,10 @@ class _DeviceFields(_Trigger):
             raise ValueError(f"compute: give at least one of {', '.join(DEVICE_FIELDS)}")
         return self
 
+    def given(self) -> list[tuple[str, float]]:
+        """The device fields this event sets, with their values, in ``DEVICE_FIELDS`` order."""
+        return [(f, v) for f in DEVICE_FIELDS if (v := getattr(self, f)) is not None]
+
 
 DEVICE_FIELDS = ("compute", "down_mbps", "up_mbps", "latency_s")
 
@@ -118,13 +122,9 @@ class ScaleEvent(_DeviceFields):
 
     def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
         assert ids is not None  # device events always name a group
-        parts = []
-        for field in DEVICE_FIELDS:
-            value = getattr(self, field)
-            if value is not None:
-                target.scale_devices(field, ids, value)
-                parts.append(f"{field} x{value:g}")
-        return ", ".join(parts)
+        for field, value in self.given():
+            target.scale_devices(field, ids, value)
+        return ", ".join(f"{field} x{value:g}" for field, value in self.given())
 
 
 class SetEvent(_DeviceFields):
@@ -134,13 +134,9 @@ class SetEvent(_DeviceFields):
 
     def apply(self, target: EventTarget, ids: np.ndarray | None) -> str:
         assert ids is not None
-        parts = []
-        for field in DEVICE_FIELDS:
-            value = getattr(self, field)
-            if value is not None:
-                target.set_devices(field, ids, value)
-                parts.append(f"{field}={value:g}")
-        return ", ".join(parts)
+        for field, value in self.given():
+            target.set_devices(field, ids, value)
+        return ", ".join(f"{field}={value:g}" for field, value in self.given())
 
 
 class OfflineEvent(_Trigger):
