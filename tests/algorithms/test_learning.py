@@ -15,6 +15,7 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_async import FedAvgAsync, FedAvgAsyncParams
 from fedclock.algorithms.fedbuff import FedBuff, FedBuffParams
 from fedclock.algorithms.models import ModelFactory
+from tests.algorithms.straggled_rounds import run_straggled_rounds
 
 NUM_CLIENTS = 5
 FACTORY = ModelFactory("mlp", (64,), 10, hidden=(64,))
@@ -51,23 +52,7 @@ def run_rounds(alg: Algorithm, fed: Federation, rounds: int, straggler_delay: di
     """Sync rounds over every idle client; client c's result arrives ``straggler_delay[c]``
     rounds late (0 = punctual) and joins the round in which it arrives."""
     state = alg.init_server(torch.Generator().manual_seed(42))
-    pending: list[tuple[int, Arrival]] = []  # (round it arrives in, arrival)
-    busy: set[int] = set()
-    for r in range(rounds):
-        for c, data in enumerate(fed.clients):
-            if c in busy:
-                continue
-            result = alg.client_update(alg.payload_for(state, c), None, data, task_rng(c, r))
-            delay = straggler_delay.get(c, 0)
-            pending.append((r + delay, Arrival(c, result.upload, result.num_samples, state.version, 0)))
-            busy.add(c)
-        due = [a for when, a in pending if when == r]
-        pending = [(when, a) for when, a in pending if when != r]
-        for a in due:
-            a.staleness = state.version - a.version_dispatched
-            busy.discard(a.client)
-        state, _ = alg.receive(state, due, torch.Generator().manual_seed(r))
-    return state
+    return run_straggled_rounds(alg, state, fed.clients, rounds, straggler_delay, task_rng)
 
 
 def run_async(alg: Algorithm, fed: Federation, arrivals: int, concurrency: int) -> tuple[ServerState, list[int]]:

@@ -20,11 +20,12 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ServerState
+from fedclock.algorithms.base import Algorithm, ClientData, ServerState
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.plga import PLGA, PLGAParams
 from fedclock.algorithms.spfl import SPFL, SPFLW, SPFLParams, SPFLWOneStep
 from fedclock.scenarios.claim_stats import HOLDS, paired, verdict
+from tests.algorithms.straggled_rounds import run_straggled_rounds
 
 SEEDS = (0, 1, 2)
 NUM_CLIENTS = 6
@@ -81,24 +82,9 @@ def run(alg: Algorithm, seed: int, classes: int, rounds: int, delay: dict[int, i
     rounds late (0: punctual) and joins the round it arrives in, with its staleness (the
     windowed async mode with ``late_windows``, as the library's table2_plga_quick scripts it)."""
     data = clients(seed, classes)
-    delay = delay or {}
     state = alg.init_server(torch.Generator().manual_seed(seed))
-    pending: list[tuple[int, Arrival]] = []
-    busy: set[int] = set()
-    for r in range(rounds):
-        for d in data:
-            if d.client in busy:
-                continue
-            result = alg.client_update(alg.payload_for(state, d.client), None, d, task_rng(seed, d.client, r))
-            pending.append((r + delay.get(d.client, 0),
-                            Arrival(d.client, result.upload, result.num_samples, state.version, 0)))
-            busy.add(d.client)
-        due = [a for when, a in pending if when == r]
-        pending = [(when, a) for when, a in pending if when != r]
-        for a in due:
-            a.staleness = state.version - a.version_dispatched
-            busy.discard(a.client)
-        state, _ = alg.receive(state, due, torch.Generator().manual_seed(r))
+    state = run_straggled_rounds(alg, state, data, rounds, delay or {},
+                                 lambda client, task: task_rng(seed, client, task))
     return state, data
 
 
