@@ -41,17 +41,18 @@ from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
 from fedclock.scenarios.run_costs import CountedCosts
 from fedclock.scenarios.summary_file import read_summary_rows, write_summary
+from fedclock.scenarios.scenario_paths import SCENARIO_DIR, find_scenario
+from fedclock.scenarios.schema import Scenario
 
 if TYPE_CHECKING:
     import pandas as pd
-from fedclock.scenarios.schema import Scenario
 
 __all__ = ["RunResult", "RunsFailed", "SuiteResult", "execute", "load", "modules_to_ship", "resolve_path", "run"]
 
 
 def scenario_dir() -> Path:
     """Where the shipped scenario files live."""
-    return Path(__file__).parent
+    return SCENARIO_DIR
 
 
 def shipped_scenarios(root: Path | None = None) -> list[Path]:
@@ -62,13 +63,10 @@ def shipped_scenarios(root: Path | None = None) -> list[Path]:
 
 def resolve_path(arg: str | Path) -> Path:
     """A path as given, or a shipped scenario by name."""
-    path = Path(arg)
-    if path.is_file():
-        return path
-    for candidate in (scenario_dir() / arg, scenario_dir() / f"{arg}.yaml", scenario_dir() / "library" / f"{arg}.yaml"):
-        if candidate.is_file():
-            return candidate
-    raise ScenarioError(f"scenario file not found: {arg} (see `fedclock list scenarios`)")
+    path = find_scenario(arg)
+    if path is None:
+        raise ScenarioError(f"scenario file not found: {arg} (see `fedclock list scenarios`)")
+    return path
 
 
 def load(source: str | Path | Mapping[str, Any] | Scenario | Suite,

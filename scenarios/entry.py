@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import yaml
 
 from fedclock.actors.ray_start import RayStart
+from fedclock.scenarios.scenario_paths import find_scenario
 
 
 class _Unsure(Exception):
@@ -55,13 +56,11 @@ def ray_address(argv: Sequence[str]) -> tuple[bool, str | None]:
 
 
 def _scenario_path(arg: str) -> Path:
-    """The file ``fedclock run ARG`` reads: a path, or a shipped scenario by name (as
-    :func:`fedclock.scenarios.api.resolve_path` finds it)."""
-    shipped = Path(__file__).parent
-    for candidate in (Path(arg), shipped / arg, shipped / f"{arg}.yaml", shipped / "library" / f"{arg}.yaml"):
-        if candidate.is_file():
-            return candidate
-    raise _Unsure
+    """The file ``fedclock run ARG`` reads (:func:`~fedclock.scenarios.scenario_paths.find_scenario`)."""
+    path = find_scenario(arg)
+    if path is None:
+        raise _Unsure
+    return path
 
 
 def _from_file(path: Path, backend: str | None, address: str | None, overrides: list[str]) -> tuple[bool, str | None]:
