@@ -8,9 +8,26 @@ checkpoints and random draws (every draw derives from the run's seed, see
 :mod:`fedclock.scenarios.loader`), so its tables are the ones it writes alone.
 
 Processes, not threads: the clock and the result writers run in Python in the process that
-runs the run. A worker is started once (``spawn``: it imports PyTorch once) and keeps one
-:class:`~fedclock.actors.runtime.Runtime` for all its jobs, so on the Ray backend its actors
-serve its next run too.
+runs the run. A worker is started once and keeps one :class:`~fedclock.actors.runtime.Runtime`
+and one :class:`~fedclock.scenarios.run_costs.CountedCosts` for all its jobs, so on the Ray
+backend its actors serve its next run too, and the FLOPs of a run's tasks are counted once per
+worker, not once per job (as one after another, :func:`fedclock.scenarios.api.execute`).
+
+Set-up paid once, not once per worker (:func:`worker_context`). Measured on the 2-core box
+(``benchmarks/RESULTS.md``, "Grid side by side, third pass"): a fresh process pays about 7 CPU
+seconds before its first run does any work: importing PyTorch, pandas and fedclock, and
+PyTorch's own lazy import of ``torch._dynamo`` at a process's first forward pass of a
+``nn.Flatten`` or first optimizer step (about 2 CPU s). One after another that is paid once; a
+``spawn`` worker pays it again, inside its first run. On Linux the workers are therefore
+forked from one ``forkserver`` process that imported those modules (:data:`PRELOAD`) and has
+run no PyTorch operation, so no OpenMP or BLAS thread pool was running when it forks (the
+hazard of forking a process that used them); elsewhere (macOS, where forking a process that
+loaded Apple's frameworks is unsafe, and Windows) they are ``spawn``-ed.
+
+Each worker keeps its BLAS and OpenMP thread pools to its share of the CPUs
+(:func:`thread_share`, through threadpoolctl, the maintained library for it) unless the
+environment sets ``OMP_NUM_THREADS``; a run sets PyTorch's own threads
+(``runtime.threads_per_actor``), so N workers never start N times the machine's threads.
 
 On the Ray backend the pool shares one Ray: the calling process starts a local Ray once
 (:func:`fedclock.actors.ray_start.start_ray`; with ``--address``, the cluster's) while the
@@ -22,7 +39,16 @@ side never wait on each other's actors; the actor count never changes a number
 The default number of workers (:func:`default_jobs`) is as many runs as the CPUs hold without
 slowing each: the machine's physical cores (:func:`physical_cores`; a cluster's CPUs) over the CPUs one run uses
 (``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus`` times the executors
-it asks for on Ray, at least one), never more than there are jobs.
+it asks for on Ray, at least one), never more than there are jobs. Physical cores, not logical
+CPUs: two runs on the two hardware threads of one core share its arithmetic units, so each
+runs slower than alone; on a machine of 8 cores of 2 threads (16 CPUs) with one thread a run,
+auto takes 8 workers.
+
+Each outcome carries its run's own wall and CPU seconds (``cpu_s``: the process time of the
+worker while it ran the job, so the run's own threads; on Ray the actors' CPU is not in it):
+a run slower side by side with the same CPU seconds as alone waited for a CPU
+(oversubscription); one with more CPU seconds did more work or ran slower on a shared core,
+cache or memory bus (``benchmarks/grid.py`` reports both).
 
 A job that fails does not stop the others: each outcome carries its one-line error, and the
 caller names the failed jobs at the end. With ``unfinished`` a job whose folder says
@@ -32,8 +58,10 @@ checkpoint goes on from it; any other starts over in its folder.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.context
 import os
 import queue
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -51,12 +79,20 @@ from fedclock.algorithms.base import Algorithm
 from fedclock.scenarios.federation import Federation
 
 from fedclock.scenarios.experiment import RunSummary, run_scenario
+from fedclock.scenarios.run_costs import CountedCosts
 
 if TYPE_CHECKING:
     from fedclock.scenarios.loader import Suite
 
 PROGRESS_EVERY_S = 0.25
 """How often a worker reports a run's progress to the calling process (at most)."""
+
+PRELOAD = ("fedclock.scenarios.grid", "pandas", "torch._dynamo")
+"""What the forkserver imports once for every worker (:func:`worker_context`): this module
+(PyTorch, NumPy, pyarrow, pydantic and the fedclock modules a run uses), pandas (the result
+writers import it lazily) and ``torch._dynamo``, which PyTorch imports lazily at a process's
+first call of a function it marks not to compile (``nn.Flatten.forward``, the optimizers'
+steps). Importing runs no PyTorch operation and starts no OpenMP thread."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +116,11 @@ class Outcome:
     error: str | None = None
     skipped: bool = False
     """Finished in an earlier invocation (``unfinished``): not run again."""
+    wall_s: float = float("nan")
+    """Wall seconds of the job in its worker (``run_scenario``, from the call to its return)."""
+    cpu_s: float = float("nan")
+    """CPU seconds (user + system) of the worker process while it ran the job: the run's own
+    threads (on Ray the driver's part only)."""
 
 
 def machine_cpus() -> int:
@@ -138,6 +179,21 @@ def run_cpus(cfg: RuntimeConfig, num_clients: int) -> float:
     return cfg.num_cpus * min(actors, num_clients)
 
 
+def thread_share(cpus: float, workers: int) -> int:
+    """The threads each of ``workers`` side by side may use of ``cpus``: its whole share, at least one."""
+    return max(1, int(cpus // max(1, workers)))
+
+
+def worker_context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
+    """How worker processes start (module docstring): Linux forks them from a ``forkserver``
+    that imported :data:`PRELOAD` once; other systems ``spawn`` them (each imports on its own)."""
+    if sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(PRELOAD))
+        return context
+    return multiprocessing.get_context("spawn")
+
+
 def default_jobs(suite: Suite, cpus: float, count: int) -> int:
     """How many of ``count`` jobs of ``suite`` run at once by default: the CPUs over what
     the hungriest run asks for (:func:`run_cpus`), at least one, at most ``count``."""
@@ -193,7 +249,7 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
     if workers == 1:
         _run_here(suite, pending, listener, py_modules)
         return list(plan)
-    context = multiprocessing.get_context("spawn")
+    context = worker_context()
     tasks: Any = context.Queue()
     events: Any = context.Queue()
     first = suite.runs[0].runtime
@@ -211,7 +267,8 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
             address = ray.get_runtime_context().gcs_address
             cpus = float(ray.cluster_resources().get("CPU", cpus))
         share = max(1.0, cpus // workers)
-        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules)),
+        threads = thread_share(cpus, workers)
+        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules), threads),
                                  name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
         for p in procs:
             p.start()
@@ -238,13 +295,16 @@ def _run_here(suite: Suite, pending: Sequence[Outcome], listener: GridListener, 
     first = suite.runs[pending[0].job.index]
     runtime = Runtime(first.runtime.backend, first.runtime.address,
                       prestart=(first.runtime, first.population.num_clients), py_modules=py_modules)
+    costs = CountedCosts()
     try:
         for outcome in pending:
             listener.started(outcome.job)
+            wall, cpu = time.perf_counter(), time.process_time()
             try:
                 outcome.summary = run_scenario(suite.runs[outcome.job.index], runtime, outcome.job.out_dir,
                                                resume=outcome.job.resume, overwrite=outcome.job.overwrite,
-                                               on_progress=partial(listener.progress, outcome.job))
+                                               on_progress=partial(listener.progress, outcome.job), costs=costs)
+                outcome.wall_s, outcome.cpu_s = time.perf_counter() - wall, time.process_time() - cpu
             except Exception as exc:  # reported; the next job runs (Ctrl-C stops them all)
                 outcome.error, detail = describe_failure(exc)
                 if detail:
@@ -287,7 +347,7 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
             held.pop(pid, None)
             left.discard(index)
             if kind == "done":
-                outcome.summary = rest[0]
+                outcome.summary, outcome.wall_s, outcome.cpu_s = rest
             else:
                 outcome.error, detail = rest
                 if detail:
@@ -295,12 +355,17 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
             listener.ended(outcome)
 
 
-def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]) -> None:
+def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str], threads: int = 1) -> None:
     """A worker process: run jobs from ``tasks`` until ``None``, reporting to ``events``
-    (``start``, ``progress``, then ``done`` with the summary or ``failed`` with the error)."""
+    (``start``, ``progress``, then ``done`` with the summary, wall and CPU seconds, or
+    ``failed`` with the error). ``threads``: its share of the CPUs (:func:`thread_share`)."""
     import torch
 
     torch.set_num_threads(1)  # each run sets its own (runtime.threads_per_actor)
+    if "OMP_NUM_THREADS" not in os.environ:  # the user's setting wins
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)  # the BLAS and OpenMP pools loaded (with PyTorch and NumPy): the worker's share
     if suite.runs[0].runtime.backend == "ray" and suite.runs[0].runtime.address is None:
         # the calling process's local Ray listens on loopback only: join it there (actors/ray_start.py)
         from fedclock.actors.ray_start import LOCAL_ONLY_VARIABLE
@@ -308,6 +373,7 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
         os.environ[LOCAL_ONLY_VARIABLE] = "0"
     pid = os.getpid()
     runtime: SharedRuntime | None = None
+    costs = CountedCosts()  # counted once per worker, shared by its jobs (fedclock.scenarios.run_costs)
     try:
         while True:
             item = tasks.get()
@@ -318,21 +384,22 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
                 first = suite.runs[0].runtime
                 runtime = SharedRuntime(first.backend, address, share, py_modules)
             events.put(("start", pid, job.index))
+            wall, cpu = time.perf_counter(), time.process_time()
             try:
-                summary = _run_job(suite, job, runtime, events, pid)
+                summary = _run_job(suite, job, runtime, events, pid, costs)
             except KeyboardInterrupt:
                 events.put(("failed", pid, job.index, "interrupted", ""))
                 return
             except BaseException as exc:  # reported, and the worker takes the next job
                 events.put(("failed", pid, job.index, *describe_failure(exc)))
             else:
-                events.put(("done", pid, job.index, summary))
+                events.put(("done", pid, job.index, summary, time.perf_counter() - wall, time.process_time() - cpu))
     finally:
         if runtime is not None:
             runtime.close()
 
 
-def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int) -> RunSummary:
+def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int, costs: CountedCosts) -> RunSummary:
     last = [0.0]
 
     def progress(now: float, version: int, in_flight: int, accuracy: float | None) -> None:
@@ -341,7 +408,7 @@ def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int) ->
             events.put(("progress", pid, job.index, now, version, in_flight, accuracy))
 
     return run_scenario(suite.runs[job.index], runtime, job.out_dir, on_progress=progress, resume=job.resume,
-                        overwrite=job.overwrite)
+                        overwrite=job.overwrite, costs=costs)
 
 
 def describe_failure(exc: BaseException) -> tuple[str, str]:
