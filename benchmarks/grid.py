@@ -93,7 +93,12 @@ def _spawn_context() -> multiprocessing.context.SpawnContext:
 
 def child(path: Path, out: Path, report_to: Path, jobs: str, start: str) -> None:
     """One side, in this (cold) process: the grid of ``path`` with ``jobs`` workers; each job's
-    wall and CPU seconds to ``report_to``."""
+    wall and CPU seconds to ``report_to``. Workers start as the console script starts them
+    (:func:`fedclock.scenarios.grid_workers.start_early` before PyTorch is imported here)."""
+    from fedclock.scenarios.grid_workers import start_early
+
+    if start != "spawn" and jobs != "1":
+        start_early()
     from fedclock.scenarios import grid
     from fedclock.scenarios.api import run_grid
     from fedclock.scenarios.loader import load_suite

@@ -13,16 +13,9 @@ and one :class:`~fedclock.scenarios.run_costs.CountedCosts` for all its jobs, so
 backend its actors serve its next run too, and the FLOPs of a run's tasks are counted once per
 worker, not once per job (as one after another, :func:`fedclock.scenarios.api.execute`).
 
-Set-up paid once, not once per worker (:func:`worker_context`). Measured on the 2-core box
-(``benchmarks/RESULTS.md``, "Grid side by side, third pass"): a fresh process pays about 7 CPU
-seconds before its first run does any work: importing PyTorch, pandas and fedclock, and
-PyTorch's own lazy import of ``torch._dynamo`` at a process's first forward pass of a
-``nn.Flatten`` or first optimizer step (about 2 CPU s). One after another that is paid once; a
-``spawn`` worker pays it again, inside its first run. On Linux the workers are therefore
-forked from one ``forkserver`` process that imported those modules (:data:`PRELOAD`) and has
-run no PyTorch operation, so no OpenMP or BLAS thread pool was running when it forks (the
-hazard of forking a process that used them); elsewhere (macOS, where forking a process that
-loaded Apple's frameworks is unsafe, and Windows) they are ``spawn``-ed.
+Set-up paid once, not once per worker: on Linux the workers are forked from one server
+process that imported PyTorch, pandas and fedclock once and ran no PyTorch operation;
+elsewhere they are spawned (:mod:`fedclock.scenarios.grid_workers`, with the measurements).
 
 Each worker keeps its BLAS and OpenMP thread pools to its share of the CPUs
 (:func:`thread_share`, through threadpoolctl, the maintained library for it) unless the
@@ -57,11 +50,8 @@ checkpoint goes on from it; any other starts over in its folder.
 """
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.context
 import os
 import queue
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -70,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fedclock.scenarios.checkpoints import checkpoint_dir
+from fedclock.scenarios.grid_workers import worker_context
 from fedclock.scenarios.runstatus import FINISHED, read_status
 
 from fedclock.actors.runtime import Runtime
@@ -86,14 +77,6 @@ if TYPE_CHECKING:
 
 PROGRESS_EVERY_S = 0.25
 """How often a worker reports a run's progress to the calling process (at most)."""
-
-PRELOAD = ("fedclock.scenarios.grid", "pandas", "torch._dynamo")
-"""What the forkserver imports once for every worker (:func:`worker_context`): this module
-(PyTorch, NumPy, pyarrow, pydantic and the fedclock modules a run uses), pandas (the result
-writers import it lazily) and ``torch._dynamo``, which PyTorch imports lazily at a process's
-first call of a function it marks not to compile (``nn.Flatten.forward``, the optimizers'
-steps). Importing runs no PyTorch operation and starts no OpenMP thread."""
-
 
 @dataclass(frozen=True)
 class Job:
@@ -184,16 +167,6 @@ def thread_share(cpus: float, workers: int) -> int:
     return max(1, int(cpus // max(1, workers)))
 
 
-def worker_context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
-    """How worker processes start (module docstring): Linux forks them from a ``forkserver``
-    that imported :data:`PRELOAD` once; other systems ``spawn`` them (each imports on its own)."""
-    if sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(PRELOAD))
-        return context
-    return multiprocessing.get_context("spawn")
-
-
 def default_jobs(suite: Suite, cpus: float, count: int) -> int:
     """How many of ``count`` jobs of ``suite`` run at once by default: the CPUs over what
     the hungriest run asks for (:func:`run_cpus`), at least one, at most ``count``."""
@@ -268,7 +241,8 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
             cpus = float(ray.cluster_resources().get("CPU", cpus))
         share = max(1.0, cpus // workers)
         threads = thread_share(cpus, workers)
-        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules), threads),
+        env = dict(os.environ)  # as it is now, after Ray's start (worker_loop)
+        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules), threads, env),
                                  name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
         for p in procs:
             p.start()
@@ -355,10 +329,18 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
             listener.ended(outcome)
 
 
-def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str], threads: int = 1) -> None:
+def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str], threads: int = 1,
+                env: dict[str, str] | None = None) -> None:
     """A worker process: run jobs from ``tasks`` until ``None``, reporting to ``events``
     (``start``, ``progress``, then ``done`` with the summary, wall and CPU seconds, or
-    ``failed`` with the error). ``threads``: its share of the CPUs (:func:`thread_share`)."""
+    ``failed`` with the error). ``threads``: its share of the CPUs (:func:`thread_share`).
+    ``env``: the calling process's environment when it started the workers, which a worker
+    forked from a forkserver (started earlier) takes on, as a spawned one would have it: a
+    local Ray sets its authentication mode there as it starts, and a worker joins with it."""
+    if env is not None:
+        for key in set(os.environ) - set(env):
+            del os.environ[key]
+        os.environ.update(env)
     import torch
 
     torch.set_num_threads(1)  # each run sets its own (runtime.threads_per_actor)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import queue
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,7 @@ import pytest
 
 from fedclock.scenarios.api import run
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.grid import (PRELOAD, GridListener, Job, Outcome, _collect, default_jobs, physical_cores,
-                                     thread_share, worker_context)
+from fedclock.scenarios.grid import GridListener, Job, Outcome, _collect, default_jobs, physical_cores, thread_share
 from fedclock.scenarios.loader import parse_suite
 
 FILE = """\
@@ -124,17 +122,6 @@ def test_each_worker_gets_its_whole_share_of_the_cpus_as_threads() -> None:
     never none (2 CPUs, 4 workers)."""
     assert thread_share(16, 8) == 2 and thread_share(16, 5) == 3 and thread_share(16, 16) == 1
     assert thread_share(16, 32) == 1 and thread_share(2, 4) == 1 and thread_share(12.0, 4) == 3
-
-
-def test_linux_forks_workers_from_a_server_that_imported_the_run_once() -> None:
-    """On Linux the workers come from a forkserver preloading this module, pandas and PyTorch's
-    lazily imported compiler front end; elsewhere they are spawned."""
-    context = worker_context()
-    if sys.platform.startswith("linux"):
-        assert context.get_start_method() == "forkserver"
-        assert PRELOAD[0] == "fedclock.scenarios.grid" and "torch._dynamo" in PRELOAD
-    else:
-        assert context.get_start_method() == "spawn"
 
 
 def test_an_outcome_carries_its_runs_own_wall_and_cpu_seconds_from_the_worker(tmp_path: Path) -> None:
