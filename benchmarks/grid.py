@@ -21,6 +21,7 @@ and load average are in the figures.
 
     python benchmarks/grid.py --out results.json                  # inline, --jobs auto
     python benchmarks/grid.py --backend ray --jobs 8 --out r.json
+    python benchmarks/grid.py --seeds 16 --jobs 16,12,8 --out j.json   # one sequential side, three --jobs
     python benchmarks/grid.py --start spawn --out s.json          # workers spawned (each imports on its own)
     python benchmarks/grid.py --quickstart --out q.json           # cold `fedclock run quickstart`, inline and Ray
 
@@ -148,27 +149,35 @@ def side(path: Path, out: Path, jobs: str, start: str) -> dict[str, Any]:
             "setup_cpu_s": whole["cpu_s"] - run_cpu}
 
 
-def compare_grid(args: argparse.Namespace) -> dict[str, Any]:
-    """The grid one after another, then side by side; figures and the check that they agree."""
+def compare_grid(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The grid one after another, then side by side with each ``--jobs`` value (comma
+    separated), each against that one sequential side; figures and the check that they agree."""
     import pandas as pd
 
+    def table(out: Path) -> pd.DataFrame:
+        frame = pd.read_parquet(out / "summary.parquet").sort_values(["name", "seed"], ignore_index=True)
+        return frame.drop(columns=["wall_time", "out_dir"])
+
     before = machine()
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         path = grid_file(folder, args.seeds, args.virtual_time_s, args.backend)
         sequential = side(path, folder / "seq", "1", args.start)
-        parallel = side(path, folder / "par", str(args.jobs), args.start)
-        tables = [pd.read_parquet(folder / name / "summary.parquet").sort_values(["name", "seed"], ignore_index=True)
-                  for name in ("seq", "par")]
-    same = tables[0].drop(columns=["wall_time", "out_dir"]).equals(tables[1].drop(columns=["wall_time", "out_dir"]))
-    if not same:
-        raise SystemExit("the side-by-side tables differ from the sequential ones")
-    return {"backend": args.backend, "runs": len(tables[0]), "jobs": args.jobs, "start": args.start,
-            "machine": before, "load_average_after": os.getloadavg()[0],
-            "sequential": sequential, "parallel": parallel, "speedup": sequential["wall_s"] / parallel["wall_s"],
-            "per_run_wall_slowdown": parallel["mean_run_wall_s"] / sequential["mean_run_wall_s"],
-            "per_run_cpu_slowdown": parallel["mean_run_cpu_s"] / sequential["mean_run_cpu_s"],
-            "tables_equal": same}
+        for i, jobs in enumerate(str(args.jobs).split(",")):
+            load = os.getloadavg()[0]
+            parallel = side(path, folder / f"par{i}", jobs, args.start)
+            same = table(folder / "seq").equals(table(folder / f"par{i}"))
+            if not same:
+                raise SystemExit(f"the side-by-side tables (--jobs {jobs}) differ from the sequential ones")
+            rows.append({"backend": args.backend, "runs": len(parallel["runs"]), "jobs": jobs, "start": args.start,
+                         "machine": {**before, "load_average": min(before["load_average"], load)},
+                         "load_average_after": os.getloadavg()[0], "sequential": sequential, "parallel": parallel,
+                         "speedup": sequential["wall_s"] / parallel["wall_s"],
+                         "per_run_wall_slowdown": parallel["mean_run_wall_s"] / sequential["mean_run_wall_s"],
+                         "per_run_cpu_slowdown": parallel["mean_run_cpu_s"] / sequential["mean_run_cpu_s"],
+                         "tables_equal": same})
+    return rows
 
 
 def one_round_file(folder: Path) -> Path:
@@ -229,7 +238,9 @@ def report(figures: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("inline", "ray"), default="inline")
-    parser.add_argument("--jobs", default="auto", help="worker processes side by side (a number or auto)")
+    parser.add_argument("--jobs", default="auto",
+                        help="worker processes side by side (a number or auto; several, comma separated, are "
+                             "each compared with one sequential side)")
     parser.add_argument("--start", choices=("auto", "spawn"), default="auto",
                         help="auto: fedclock's way (forkserver on Linux); spawn: every worker imports on its own")
     parser.add_argument("--seeds", type=int, default=8, help="seeds per run (2 runs: 16 jobs at 8)")
@@ -244,8 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         parser.error("--out is required")
-    figures = cold_quickstart(args) if args.quickstart else compare_grid(args)
-    line = report(figures)
+    figures: Any = cold_quickstart(args) if args.quickstart else compare_grid(args)
+    line = report(figures) if args.quickstart else "\n".join(report(row) for row in figures)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=1), encoding="utf-8")
     args.out.with_suffix(".txt").write_text(line + "\n", encoding="utf-8")
