@@ -9,7 +9,8 @@ One after another (``jobs=1``) runs every job in that process on one runtime, as
 run FILE`` does.
 
 Per run, from each job's outcome (:class:`fedclock.scenarios.grid.Outcome`): its wall seconds
-and its CPU seconds (the process time of the worker while it ran the job). The per-run wall
+and its CPU seconds (the process time of the worker while it ran the job), and whether it was
+its worker's first job (the one that pays what a process sets up at its first run). The per-run wall
 slowdown is the mean run's wall time side by side over one after another; the per-run CPU
 slowdown the same of CPU seconds. A wall slowdown with a CPU slowdown of 1 means runs waited
 for a CPU (more threads than cores); a CPU slowdown means each run did more work or ran slower
@@ -17,7 +18,8 @@ on shared hardware (set-up repeated per worker, a core's hardware threads, cache
 bandwidth, a lower all-core clock). Set-up CPU: the side's CPU seconds less its runs'. The two
 sides' tables must be equal (every column of ``summary.parquet`` but the wall time and the
 folder); the script fails otherwise. The machine's physical cores, logical CPUs, processor
-and load average are in the figures.
+and load average are in the figures. The row's second-last column: mean CPU seconds of the
+workers' first jobs / of their later jobs (one after another: the first run / the others).
 
     python benchmarks/grid.py --out results.json                  # inline, --jobs auto
     python benchmarks/grid.py --backend ray --jobs 8 --out r.json
@@ -115,7 +117,11 @@ def child(path: Path, out: Path, report_to: Path, jobs: str, start: str) -> None
     failed = [f"{o.job.label}: {o.error}" for o in outcomes if o.error is not None]
     if failed:
         raise SystemExit("\n".join(failed))
-    runs = [{"label": o.job.label, "wall_s": o.wall_s, "cpu_s": o.cpu_s} for o in outcomes]
+    firsts = {}
+    for o in outcomes:  # a worker takes jobs in the plan's order: its first is its lowest index
+        firsts.setdefault(o.worker, o.job.index)
+    runs = [{"label": o.job.label, "wall_s": o.wall_s, "cpu_s": o.cpu_s, "worker": o.worker,
+             "first_in_worker": firsts[o.worker] == o.job.index} for o in outcomes]
     report_to.write_text(json.dumps({"workers": chosen[0], "runs": runs}), encoding="utf-8")
 
 
@@ -143,9 +149,12 @@ def side(path: Path, out: Path, jobs: str, start: str) -> dict[str, Any]:
     got = json.loads(report_to.read_text(encoding="utf-8"))
     runs = got["runs"]
     run_cpu = sum(r["cpu_s"] for r in runs)
+    first = [r["cpu_s"] for r in runs if r["first_in_worker"]]
+    later = [r["cpu_s"] for r in runs if not r["first_in_worker"]]
     return {**whole, "workers": got["workers"], "runs": runs,
             "mean_run_wall_s": statistics.fmean(r["wall_s"] for r in runs),
             "mean_run_cpu_s": statistics.fmean(r["cpu_s"] for r in runs),
+            "first_job_cpu_s": statistics.fmean(first), "later_job_cpu_s": statistics.fmean(later) if later else None,
             "setup_cpu_s": whole["cpu_s"] - run_cpu}
 
 
@@ -232,7 +241,14 @@ def report(figures: dict[str, Any]) -> str:
             f"{p['workers']} workers: {p['wall_s']:.1f} s (CPU {p['cpu_s']:.1f}, set-up {p['setup_cpu_s']:.1f}) | "
             f"{figures['speedup']:.2f}x | {s['mean_run_wall_s']:.2f} -> {p['mean_run_wall_s']:.2f} s "
             f"({figures['per_run_wall_slowdown']:.2f}x) | {s['mean_run_cpu_s']:.2f} -> {p['mean_run_cpu_s']:.2f} s "
-            f"({figures['per_run_cpu_slowdown']:.2f}x) | {'yes' if figures['tables_equal'] else 'NO'} |")
+            f"({figures['per_run_cpu_slowdown']:.2f}x) | {_split(s)} -> {_split(p)} | "
+            f"{'yes' if figures['tables_equal'] else 'NO'} |")
+
+
+def _split(side: dict[str, Any]) -> str:
+    """A side's mean CPU seconds of its workers' first jobs / of their later jobs."""
+    later = side.get("later_job_cpu_s")
+    return f"{side['first_job_cpu_s']:.2f} / " + ("-" if later is None else f"{later:.2f}")
 
 
 def main(argv: list[str] | None = None) -> None:

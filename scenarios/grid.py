@@ -104,6 +104,9 @@ class Outcome:
     cpu_s: float = float("nan")
     """CPU seconds (user + system) of the worker process while it ran the job: the run's own
     threads (on Ray the driver's part only)."""
+    worker: int | None = None
+    """The process id of the worker that ran the job (a worker takes jobs in ``plan``'s order,
+    so its first job is its lowest index: the one that pays its first-run set-up)."""
 
 
 def machine_cpus() -> int:
@@ -273,6 +276,7 @@ def _run_here(suite: Suite, pending: Sequence[Outcome], listener: GridListener, 
     try:
         for outcome in pending:
             listener.started(outcome.job)
+            outcome.worker = os.getpid()
             wall, cpu = time.perf_counter(), time.process_time()
             try:
                 outcome.summary = run_scenario(suite.runs[outcome.job.index], runtime, outcome.job.out_dir,
@@ -314,6 +318,7 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
         outcome = by_index[index]
         if kind == "start":
             held[pid] = index
+            outcome.worker = pid
             listener.started(outcome.job)
         elif kind == "progress":
             listener.progress(outcome.job, *rest)

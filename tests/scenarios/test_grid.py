@@ -125,7 +125,8 @@ def test_each_worker_gets_its_whole_share_of_the_cpus_as_threads() -> None:
 
 
 def test_an_outcome_carries_its_runs_own_wall_and_cpu_seconds_from_the_worker(tmp_path: Path) -> None:
-    """A worker's ``done`` event (summary, wall s, CPU s) fills the job's outcome."""
+    """A worker's ``done`` event (summary, wall s, CPU s) fills the job's outcome; its ``start``
+    names the worker."""
     pending = [Outcome(Job(0, "a seed 4", tmp_path / "a")), Outcome(Job(1, "b seed 4", tmp_path / "b"))]
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
     for event in [("start", 7, 0), ("start", 8, 1), ("done", 7, 0, None, 2.5, 1.25),
@@ -138,6 +139,6 @@ def test_an_outcome_carries_its_runs_own_wall_and_cpu_seconds_from_the_worker(tm
             ended.append(outcome)
 
     _collect(pending, [], events, Heard())
-    assert (pending[0].wall_s, pending[0].cpu_s, pending[0].error) == (2.5, 1.25, None)
+    assert (pending[0].wall_s, pending[0].cpu_s, pending[0].error, pending[0].worker) == (2.5, 1.25, None, 7)
     assert pending[1].error == "b: broken" and pending[1].cpu_s != pending[1].cpu_s  # failed: nan
     assert [o.job.index for o in ended] == [0, 1]
