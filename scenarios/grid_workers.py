@@ -23,7 +23,6 @@ file with one job left) costs the server's imports on an otherwise idle core, ne
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import multiprocessing.context
 import sys
@@ -51,16 +50,17 @@ def worker_context() -> multiprocessing.context.ForkServerContext | multiprocess
 
 
 def asks_for_workers(argv: Sequence[str]) -> bool:
-    """Whether ``fedclock ARGV`` is a ``run`` with ``--jobs`` other than 1 (``auto`` or a number)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("command")
-    parser.add_argument("--jobs")
-    parser.add_argument("--resume")
-    try:
-        args, _ = parser.parse_known_args(list(argv))
-    except SystemExit:
+    """Whether ``fedclock ARGV`` is a ``run`` with ``--jobs`` other than 1 (``auto`` or a
+    number), read without argparse, which would print its own usage for a line it cannot parse."""
+    args = list(argv)
+    if not args or args[0] != "run" or any(a == "--resume" or a.startswith("--resume=") for a in args):
         return False
-    return args.command == "run" and args.jobs not in (None, "1") and args.resume is None
+    for i, arg in enumerate(args):
+        if arg == "--jobs" and i + 1 < len(args):
+            return args[i + 1] != "1"
+        if arg.startswith("--jobs="):
+            return arg.partition("=")[2] != "1"
+    return False
 
 
 def start_early() -> None:

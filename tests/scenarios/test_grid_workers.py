@@ -24,4 +24,4 @@ def test_only_a_run_with_jobs_other_than_one_starts_workers_early() -> None:
     assert not asks_for_workers(["run", "study.yaml", "--unfinished"])
     assert not asks_for_workers(["reproduce", "fedbuff", "--jobs", "4"])
     assert not asks_for_workers(["run", "--resume", "results/x", "--jobs", "2"])
-    assert not asks_for_workers([])
+    assert not asks_for_workers([]) and not asks_for_workers(["run", "study.yaml", "--jobs"])
