@@ -35,7 +35,10 @@ slowing each: the machine's physical cores (:func:`physical_cores`; a cluster's 
 it asks for on Ray, at least one), never more than there are jobs. Physical cores, not logical
 CPUs: two runs on the two hardware threads of one core share its arithmetic units, so each
 runs slower than alone; on a machine of 8 cores of 2 threads (16 CPUs) with one thread a run,
-auto takes 8 workers.
+auto takes 8 workers. Measured on 16 cores of one thread (``benchmarks/RESULTS.md``, "Grid side
+by side, third pass"): with 8 workers each run cost the CPU it costs alone (a worker's first job
+0.46 s more); with all 16 each cost about 1.2x (contention for what busy cores share), and the
+grid still finished first.
 
 Each outcome carries its run's own wall and CPU seconds (``cpu_s``: the process time of the
 worker while it ran the job, so the run's own threads; on Ray the actors' CPU is not in it):
