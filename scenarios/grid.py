@@ -30,15 +30,16 @@ side never wait on each other's actors; the actor count never changes a number
 (``runtime`` section of the scenario docs), and the run's resolved file keeps its own setting.
 
 The default number of workers (:func:`default_jobs`) is as many runs as the CPUs hold without
-slowing each: the machine's physical cores (:func:`physical_cores`; a cluster's CPUs) over the CPUs one run uses
-(``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus`` times the executors
-it asks for on Ray, at least one), never more than there are jobs. Physical cores, not logical
-CPUs: two runs on the two hardware threads of one core share its arithmetic units, so each
-runs slower than alone; on a machine of 8 cores of 2 threads (16 CPUs) with one thread a run,
-auto takes 8 workers. Measured on 16 cores of one thread (``benchmarks/RESULTS.md``, "Grid side
-by side, third pass"): with 8 workers each run cost the CPU it costs alone (a worker's first job
-0.46 s more); with all 16 each cost about 1.2x (contention for what busy cores share), and the
-grid still finished first.
+slowing each: half the machine's physical cores (:func:`unslowed_cores`; a cluster's CPUs) over
+the CPUs one run uses (``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus``
+times the executors it asks for on Ray, at least one), never more than there are jobs. Physical
+cores, not logical CPUs: two runs on the two hardware threads of one core share its arithmetic
+units, so each runs slower than alone. Half of them, from two measurements
+(``benchmarks/RESULTS.md``, "Grid side by side, third pass"): on 16 cores of one thread, with 8
+workers each run cost the CPU it costs alone (a worker's first job 0.46 s more) and the 16-run
+grid finished 2.80x faster than one after another; with all 16 each run cost 1.2-1.35x (contention
+for what busy cores share) and the 16-run grid finished only 2.16x faster; on 2 cores, 2 workers
+lost to one after another outright (a worker's start-up with no idle core to spend it on).
 
 Each outcome carries its run's own wall and CPU seconds (``cpu_s``: the process time of the
 worker while it ran the job, so the run's own threads; on Ray the actors' CPU is not in it):
@@ -140,6 +141,12 @@ def physical_cores(allowed: Iterable[int] | None = None, root: Path = Path("/sys
             except OSError:
                 return len(cpus)
     return max(1, len(cores))
+
+
+def unslowed_cores(physical: int) -> int:
+    """The cores of a machine with ``physical`` physical cores that a local grid fills by
+    default: half of them, at least one (the measurements in the module docstring)."""
+    return max(1, physical // 2)
 
 
 def cluster_cpus(address: str | None) -> float:

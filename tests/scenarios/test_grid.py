@@ -12,7 +12,8 @@ import pytest
 
 from fedclock.scenarios.api import run
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.grid import GridListener, Job, Outcome, _collect, default_jobs, physical_cores, thread_share
+from fedclock.scenarios.grid import (GridListener, Job, Outcome, _collect, default_jobs, physical_cores, thread_share,
+                                     unslowed_cores)
 from fedclock.scenarios.loader import parse_suite
 
 FILE = """\
@@ -103,6 +104,10 @@ def test_physical_cores_count_the_threads_of_one_core_once(tmp_path: Path) -> No
     assert physical_cores(range(4), tmp_path) == 2
     assert physical_cores([0, 2], tmp_path) == 1
     assert physical_cores([0, 1, 5], tmp_path) == 3
+
+
+def test_a_local_grid_fills_half_the_physical_cores() -> None:
+    assert [unslowed_cores(n) for n in (1, 2, 3, 16, 17)] == [1, 1, 1, 8, 8]
 
 
 def test_default_jobs_are_the_cpus_over_what_one_run_uses() -> None:
