@@ -44,7 +44,8 @@ def test_the_server_step_is_charged_as_a_run_follows_it() -> None:
     counted by hand in tests/algorithms/test_server_cost.py. The round's server part is their
     mean over the run's three rounds, at 1 MFLOP/s; followed over one round it is the refresh.
     Counting every round's step from the initial state, as the column did, charged the
-    refresh (with every upload shaped like a refresh's) to all three."""
+    refresh (with every upload shaped like a refresh's) to all three. About 5 s under load:
+    the table counts the file's tasks and follows the server through three rounds."""
     table = load_script("task_cost_table")
     population = {"num_clients": 3, "compute_unit": "gflops", "devices": DEVICES}
     algorithm = {"name": "spfl", "local_steps": 2, "batch_size": 8, "gamma": 2}
