@@ -134,7 +134,7 @@ class Devices:
                     arrays[field][group.ids] = value
             if group.memory_gb is not None:
                 memory[group.ids] = group.memory_gb
-        return cls(**arrays, memory_gb=memory)
+        return cls(arrays["compute"], arrays["down_mbps"], arrays["up_mbps"], arrays["latency_s"], memory)
 
 
 def sample(dist: float | DeviceDistribution, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -53,7 +53,8 @@ def test_federation_pickles_its_sample_tensors_as_numpy_buffers_out_of_band() ->
     assert again.client_data(1).x_train.tolist() == [[4.0, 5.0]]
     plain = pickle.loads(pickle.dumps(fed))  # in-band: its own copy
     assert plain.x.data_ptr() != fed.x.data_ptr() and plain.x.equal(fed.x)
-    half = Federation(x=torch.zeros(2, 1, dtype=torch.bfloat16), y=torch.tensor([0, 1]), client_train=[np.array([0, 1])],
-                      client_test=[np.array([], dtype=np.int64)], x_test=torch.zeros(1, 1, dtype=torch.bfloat16),
-                      y_test=torch.tensor([0]), num_classes=2, dataset_name="t")
+    half = Federation(x=torch.zeros(2, 1, dtype=torch.bfloat16), y=torch.tensor([0, 1]),
+                      client_train=[np.array([0, 1])], client_test=[np.array([], dtype=np.int64)],
+                      x_test=torch.zeros(1, 1, dtype=torch.bfloat16), y_test=torch.tensor([0]), num_classes=2,
+                      dataset_name="t")
     assert pickle.loads(pickle.dumps(half, protocol=5)).x.dtype == torch.bfloat16
