@@ -22,7 +22,9 @@ one part, not one part each. So at any moment every Parquet file on disk is comp
 valid, and the main file plus the parts that start at or after its row count
 (:func:`read_rows`) hold every row up to the last completed event; after a normal end only
 the main files remain. ``clients.parquet`` is a
-per-client summary written at the end (empty until then).
+per-client summary written at the end (empty until then). A file is written
+:data:`ROWS_PER_GROUP` rows at a time, one Parquet row group each, so that a million-client
+table never exists whole in Arrow (readers join the row groups).
 """
 from __future__ import annotations
 
