@@ -2,8 +2,9 @@
 training pool, and the global test set (built by :func:`fedclock.scenarios.federation.build_federation`)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Iterator, Sequence, overload
+from typing import Any, Iterator, Sequence, overload
 
 import numpy as np
 import torch
@@ -71,6 +72,18 @@ class ClientIndex(Sequence[np.ndarray]):
         self.flat, self.offsets = state
 
 
+_SAMPLE_TENSORS = ("x", "y", "x_test", "y_test")
+_NUMPY_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16,
+                           torch.int8, torch.uint8, torch.bool})
+
+
+@dataclass(frozen=True)
+class _AsNumpy:
+    """A pickled federation's sample tensor, as the NumPy array over its memory."""
+
+    array: np.ndarray
+
+
 @dataclass(eq=False)
 class Federation:
     """Per-client train/test index arrays over shared tensors."""
@@ -95,6 +108,29 @@ class Federation:
     def __post_init__(self) -> None:
         self.client_train = ClientIndex.of(self.client_train)
         self.client_test = ClientIndex.of(self.client_test)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its sample tensors as NumPy arrays (those NumPy can hold: CPU, contiguous).
+        Ray's object store hands a NumPy array to every process that gets the federation without
+        copying it (pickle protocol 5's out-of-band buffers, mapped read-only from shared memory),
+        a tensor as a copy in each: on the Ray backend every executor held its own copy of the
+        data (``benchmarks/RESULTS.md``, "Idle clients, third pass"). Nothing writes a federation's
+        tensors: a client's data are copies (:meth:`client_data`), the global test set is read."""
+        state = dict(self.__dict__)
+        for name in _SAMPLE_TENSORS:
+            tensor = state[name]
+            if tensor.device.type == "cpu" and tensor.is_contiguous() and not tensor.requires_grad \
+                    and tensor.dtype in _NUMPY_DTYPES:
+                state[name] = _AsNumpy(tensor.numpy())
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name in _SAMPLE_TENSORS:
+            if isinstance(state[name], _AsNumpy):
+                with warnings.catch_warnings():  # a read-only array from the object store: read, never written
+                    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                    state[name] = torch.from_numpy(state[name].array)
+        self.__dict__.update(state)
 
     @property
     def num_clients(self) -> int:

@@ -77,6 +77,21 @@ def tree_rss(root: int) -> int:
     return int(tree_sum(root, lambda f: int(f[21]) * PAGE))
 
 
+def tree_pss(root: int) -> int:
+    """Proportional resident bytes of ``root`` and its descendants (``Pss`` of
+    ``/proc/PID/smaps_rollup``): a page mapped by several of them (Ray's shared-memory object
+    store, the libraries' code) counts once in all, split among them, where :func:`tree_rss`
+    counts it once per process."""
+    total = 0
+    for pid in _tree_values(root, lambda f: 0.0):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0) * 1024
+        except OSError:
+            continue
+    return total
+
+
 def tree_cpu_by_pid(root: int) -> dict[int, float]:
     """User + system CPU seconds of ``root`` and of each of its live descendants, by pid."""
     return _tree_values(root, lambda f: (int(f[11]) + int(f[12])) / TICKS)

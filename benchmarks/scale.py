@@ -5,10 +5,13 @@ clients, at least 4 each), sync mode with 1% participation (at least one client;
 ``--cohort K``, K clients a round), 2 pooled Ray actors (or ``--backend inline``), global
 evaluation only (``evaluation.personalized: false``). Each population size runs in a fresh
 child process; a watcher thread there sums the resident memory of that process and all its
-descendants (the Ray daemons and actors) from /proc and keeps the peak. ``data_MiB`` is the
-federation's sample tensors (training pool and global test set: the data itself), and
-``per_client_B`` the peak beyond the data and beyond the same run's fixed cost, estimated as
-the smallest size's peak less its data, per client above that smallest size.
+descendants (the Ray daemons and actors) from /proc and keeps the peak; beside it the peak of
+their proportional set sizes (PSS, ``/proc/PID/smaps_rollup``), which counts a page shared by
+several processes (Ray's object store, the libraries) once in all instead of once per process.
+``data_MiB`` is the federation's sample tensors (training pool and global test set: the data
+itself), and ``per_client_B`` (``per_client_pss_B``) the peak RSS (PSS) beyond the data and
+beyond the same run's fixed cost, estimated as the smallest size's peak less its data, per
+client above that smallest size.
 
     python benchmarks/scale.py [--clients 100 1000 10000] [--rounds 5]
     python benchmarks/scale.py --backend inline --clients 10000 100000 1000000 --cohort 100 --rounds 2 --features 20
@@ -24,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from proctree import tree_rss  # benchmarks/ is the script's folder
+from proctree import tree_cpu_by_pid, tree_pss, tree_rss  # benchmarks/ is the script's folder
 
 
 def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | None, features: int) -> None:
@@ -34,12 +37,13 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     from fedclock.scenarios.federation import build_federation
     from fedclock.scenarios.loader import parse_suite
 
-    peak = [0]
+    peak = [0, 0]  # RSS, PSS
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
             peak[0] = max(peak[0], tree_rss(os.getpid()))
+            peak[1] = max(peak[1], tree_pss(os.getpid()))
             time.sleep(0.1)
 
     def scenario(n_rounds: int):
@@ -68,11 +72,13 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
         start = time.perf_counter()
         run_scenario(scenario(rounds), runtime, Path(tmp) / "run", federation=federation)
         wall = time.perf_counter() - start
+    cpu = sum(tree_cpu_by_pid(os.getpid()).values())  # before the Ray processes end
     runtime.close()
     stop.set()
     thread.join()
     print(f"clients={clients} cohort={cohort or max(1, clients // 100)} rounds={rounds} "
-          f"s_per_round={wall / rounds:.3f} peak_rss_MiB={peak[0] / 2**20:.0f} data_MiB={data / 2**20:.0f}", flush=True)
+          f"s_per_round={wall / rounds:.3f} peak_rss_MiB={peak[0] / 2**20:.0f} peak_pss_MiB={peak[1] / 2**20:.0f} "
+          f"data_MiB={data / 2**20:.0f} cpu_s={cpu:.1f}", flush=True)
 
 
 def main() -> None:
@@ -90,7 +96,7 @@ def main() -> None:
         one(args.clients[0], args.rounds, args.backend, args.samples, args.cohort, args.features)
         return
     lines: list[str] = []
-    base: tuple[int, float] | None = None  # (clients, peak less data) of the smallest size
+    base: tuple[int, float, float] | None = None  # (clients, peak RSS and PSS less data) of the smallest size
     for n in sorted(args.clients):
         extra = ["--cohort", str(args.cohort)] if args.cohort else []
         out = subprocess.run([sys.executable, __file__, "--one", "--clients", str(n), "--rounds", str(args.rounds),
@@ -102,10 +108,12 @@ def main() -> None:
         if found:
             fields = dict(f.split("=") for f in line.split())
             beyond = (float(fields["peak_rss_MiB"]) - float(fields["data_MiB"])) * 2**20
+            beyond_pss = (float(fields["peak_pss_MiB"]) - float(fields["data_MiB"])) * 2**20
             if base is None:
-                base = (n, beyond)
+                base = (n, beyond, beyond_pss)
             elif n > base[0]:
-                line += f" per_client_B={(beyond - base[1]) / (n - base[0]):.0f}"
+                line += (f" per_client_B={(beyond - base[1]) / (n - base[0]):.0f}"
+                         f" per_client_pss_B={(beyond_pss - base[2]) / (n - base[0]):.0f}")
         line = f"backend={args.backend} " + line
         lines.append(line)
         print(line, flush=True)

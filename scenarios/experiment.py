@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import time
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports
 from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, discard_after, fingerprint,
                                             usable_checkpoint, write_checkpoint)
 from fedclock.scenarios.participation import Participation
-from fedclock.scenarios.results import ResultsWriter, resolved_dict, rows_on_disk
+from fedclock.scenarios.results import ResultsWriter, RowsColumn, client_counts, resolved_dict, rows_on_disk
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import Scenario
@@ -170,8 +171,19 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     except BaseException as exc:
         finish(out_dir, status, FAILED, f"{type(exc).__name__}: {exc}")
         raise
+    if scenario.population.num_clients >= COLLECT_AFTER_CLIENTS:
+        gc.collect()
     finish(out_dir, status, FINISHED, summary.stop_reason)
     return summary
+
+
+COLLECT_AFTER_CLIENTS = 100_000
+"""A run of at least this many clients ends with a full garbage collection: its clock, session
+and writer refer to each other, so their per-client arrays (about 150 bytes a client) would
+otherwise wait for Python's next full collection, and the next run of the same process (a
+suite's, a grid worker's) would hold two runs' worth at its peak (``benchmarks/RESULTS.md``,
+"Idle clients, third pass"). A full collection takes 0.2-0.7 s with PyTorch loaded: nothing
+next to a run of that size, but not paid by small runs."""
 
 
 class OutputError(Exception):
@@ -405,27 +417,33 @@ def _tags_column(population: PopulationConfig) -> list[list[str]]:
 
 
 def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
-                  writer: ResultsWriter, feasible: np.ndarray) -> dict[str, np.ndarray | list]:
+                  writer: ResultsWriter, feasible: np.ndarray) -> dict[str, np.ndarray | list | RowsColumn]:
     n = federation.num_clients
     ev = writer.client_columns()
     client, status = ev["client"], ev["status"]
+    train, test = ClientIndex.of(federation.client_train).offsets, ClientIndex.of(federation.client_test).offsets
 
-    def count(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(client[mask], minlength=n)
+    def count(mask: np.ndarray) -> RowsColumn:
+        return client_counts(client[mask], n)
 
+    def as_int(column: RowsColumn) -> RowsColumn:
+        return RowsColumn(n, lambda start, stop: column[start:stop].astype(np.int64))
+
+    # the per-client counts and ids are computed a block of clients at a time as the table is written
     everything = np.ones(client.shape[0], dtype=bool)
     return {
-        "client": np.arange(n), "num_train": federation.client_sizes(),
-        "num_test": ClientIndex.of(federation.client_test).sizes(),
+        "client": RowsColumn(n, lambda start, stop: np.arange(start, stop)),
+        "num_train": RowsColumn(n, lambda start, stop: np.diff(train[start:stop + 1])),
+        "num_test": RowsColumn(n, lambda start, stop: np.diff(test[start:stop + 1])),
         "compute": devices.compute, "down_mbps": devices.down_mbps, "up_mbps": devices.up_mbps,
         "latency_s": devices.latency_s, "availability": describe_availability(scenario),
         "device_class": client_classes(scenario.population),
         "tags": _tags_column(scenario.population),
         "tasks": count(everything), "tasks_applied": count(status == APPLIED),
         "tasks_dropped": count(status == DROPPED),
-        "busy_s": np.bincount(client, weights=ev["busy"], minlength=n),
-        "bytes_down": np.bincount(client, weights=ev["bytes_down"], minlength=n).astype(np.int64),
-        "bytes_up": np.bincount(client, weights=ev["bytes_up"], minlength=n).astype(np.int64),
+        "busy_s": client_counts(client, n, ev["busy"]),
+        "bytes_down": as_int(client_counts(client, n, ev["bytes_down"])),
+        "bytes_up": as_int(client_counts(client, n, ev["bytes_up"])),
         "tasks_lost": count(status == LOST), "tasks_timed_out": count(status == TIMED_OUT),
         "tasks_cancelled": count(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,

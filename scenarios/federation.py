@@ -23,7 +23,7 @@ import torch
 
 from fedclock.actors.federation import ClientIndex, Federation
 from fedclock.scenarios.client_files import load_client_files
-from fedclock.scenarios.client_split import client_test_split
+from fedclock.scenarios.client_split import client_test_sizes, client_test_split
 from fedclock.scenarios.dataset_specs import DOMAINS
 from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.partitions import partition_indices
@@ -67,20 +67,24 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
         except ValueError as err:
             raise DatasetError(str(err)) from err
     rng = numpy_rng(seed, Stream.DATA, DataStream.CLIENT_SPLIT)
-    # written straight into flat arrays (ClientIndex): no train and test array per client
-    total = sum(len(idx) for idx in parts)
-    flat_train, flat_test = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
-    ends_train, ends_test = np.zeros(len(parts) + 1, dtype=np.int64), np.zeros(len(parts) + 1, dtype=np.int64)
+    # written straight into flat arrays (ClientIndex) of their final size: no train and test
+    # array per client, and no larger array to copy them out of
+    sizes = parts.sizes() if isinstance(parts, ClientIndex) else \
+        np.fromiter((len(idx) for idx in parts), dtype=np.int64, count=len(parts))
+    if len(sizes) and not sizes.all():
+        raise DatasetError(f"population.num_clients: {num_clients} clients leave client {int(np.argmin(sizes))} "
+                           "with no data; use fewer clients or a larger dataset")
+    held_out = client_test_sizes(sizes, cfg.client_test_fraction)
+    ends_train, ends_test = np.zeros(len(sizes) + 1, dtype=np.int64), np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes - held_out, out=ends_train[1:])
+    np.cumsum(held_out, out=ends_test[1:])
+    flat_train, flat_test = np.empty(ends_train[-1], dtype=np.int64), np.empty(ends_test[-1], dtype=np.int64)
     for k, idx in enumerate(parts):
-        if len(idx) == 0:
-            raise DatasetError(f"population.num_clients: {num_clients} clients leave client {k} with no data; "
-                               "use fewer clients or a larger dataset")
         tr, te = client_test_split(idx, cfg.client_test_fraction, rng)
-        flat_train[ends_train[k]:ends_train[k] + len(tr)] = tr
-        flat_test[ends_test[k]:ends_test[k] + len(te)] = te
-        ends_train[k + 1], ends_test[k + 1] = ends_train[k] + len(tr), ends_test[k] + len(te)
-    train = ClientIndex(flat_train[:ends_train[-1]].copy(), ends_train)
-    test = ClientIndex(flat_test[:ends_test[-1]].copy(), ends_test)
+        flat_train[ends_train[k]:ends_train[k + 1]] = tr
+        flat_test[ends_test[k]:ends_test[k + 1]] = te
+    train = ClientIndex(flat_train, ends_train)
+    test = ClientIndex(flat_test, ends_test)
     x_test, y_test = ds.x_test, ds.y_test
     if cfg.pool == "all":
         pooled_test = torch.from_numpy(np.sort(test.flat))

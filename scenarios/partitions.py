@@ -93,9 +93,12 @@ def partition_indices(labels: np.ndarray, num_clients: int, cfg: Partition,
 def _group(owner: np.ndarray, num_clients: int) -> ClientIndex:
     """Indices grouped by owner (``-1`` dropped), each group ascending; one flat array and
     offsets, not an array per client (about 100 bytes each: 100 MB at a million clients)."""
+    offsets = np.zeros(num_clients + 1, dtype=np.int64)
+    if len(owner) and owner.min() >= 0:  # every sample owned: the same order without the copies of ``owner``
+        np.cumsum(np.bincount(owner, minlength=num_clients), out=offsets[1:])
+        return ClientIndex(np.argsort(owner, kind="stable").astype(np.int64, copy=False), offsets)
     used = np.flatnonzero(owner >= 0).astype(np.int64)
     order = used[np.argsort(owner[used], kind="stable")]
-    offsets = np.zeros(num_clients + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner[used], minlength=num_clients), out=offsets[1:])
     return ClientIndex(order, offsets)
 

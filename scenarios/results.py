@@ -22,7 +22,9 @@ one part, not one part each. So at any moment every Parquet file on disk is comp
 valid, and the main file plus the parts that start at or after its row count
 (:func:`read_rows`) hold every row up to the last completed event; after a normal end only
 the main files remain. ``clients.parquet`` is a
-per-client summary written at the end (empty until then).
+per-client summary written at the end (empty until then). A file is written
+:data:`ROWS_PER_GROUP` rows at a time, one Parquet row group each, so that a million-client
+table never exists whole in Arrow (readers join the row groups).
 """
 from __future__ import annotations
 
@@ -85,6 +87,36 @@ TIMELINE_SCHEMA = pa.schema([
 ])
 
 
+class RowsColumn:
+    """A column of ``length`` rows that is computed only a block of rows at a time, when its
+    table is written (``column[start:stop]`` is ``rows(start, stop)``): a per-client column of
+    ``clients.parquet`` then never exists whole, in NumPy or in Arrow."""
+
+    def __init__(self, length: int, rows: Callable[[int, int], np.ndarray]) -> None:
+        self.length = length
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, block: slice) -> np.ndarray:
+        start, stop, step = block.indices(self.length)
+        if step != 1:
+            raise ValueError("a RowsColumn is read in blocks of consecutive rows")
+        return self.rows(start, max(start, stop))
+
+
+def client_counts(clients: np.ndarray, num_clients: int, weights: np.ndarray | None = None) -> RowsColumn:
+    """Per client ``0..num_clients-1``: how often it appears in ``clients`` (with ``weights``,
+    the sum of its weights, added in the order they come, as ``np.bincount`` adds them), as a
+    :class:`RowsColumn`."""
+    def rows(start: int, stop: int) -> np.ndarray:
+        inside = (clients >= start) & (clients < stop)
+        return np.bincount(clients[inside] - start, weights=None if weights is None else weights[inside],
+                           minlength=stop - start)
+    return RowsColumn(num_clients, rows)
+
+
 class Table:
     """Rows of one Parquet file, rewritten atomically on flush; with ``journal``, rows appended
     since the last flush are also written at once as part files (see the module docstring)."""
@@ -112,7 +144,7 @@ class Table:
             return
         start = self._journaled
         self.parts_dir.mkdir(exist_ok=True)
-        _write_atomic(self._arrow(start), self.parts_dir / f"{start:012d}.parquet")
+        self._write_atomic(start, self.parts_dir / f"{start:012d}.parquet")
         self._journaled = len(self)
 
     def sync(self) -> None:
@@ -124,9 +156,10 @@ class Table:
             fsync(path)
 
     def replace(self, columns: dict[str, Any]) -> None:
-        # NumPy columns stay arrays: a list of a million NumPy scalars per column costs ~40 bytes a value
-        self.columns = {name: columns[name] if isinstance(columns[name], np.ndarray) else list(columns[name])
-                        for name in self.schema.names}
+        # NumPy columns stay arrays: a list of a million NumPy scalars per column costs ~40 bytes a value;
+        # a RowsColumn is computed a block of rows at a time when written
+        self.columns = {name: columns[name] if isinstance(columns[name], (np.ndarray, list, RowsColumn))
+                        else list(columns[name]) for name in self.schema.names}
         self._dirty = True
 
     def __len__(self) -> int:
@@ -135,7 +168,7 @@ class Table:
     def flush(self) -> None:
         if not self._dirty:
             return
-        _write_atomic(self._arrow(0), self.path)
+        self._write_atomic(0, self.path)
         self._dirty = False
         self._journaled = len(self)
         if self.parts_dir.is_dir():  # every part is now in the main file
@@ -143,15 +176,30 @@ class Table:
                 part.unlink()
             self.parts_dir.rmdir()
 
-    def _arrow(self, start: int) -> pa.Table:
-        return pa.table({n: pa.array(v[start:], type=self.schema.field(n).type) for n, v in self.columns.items()},
+    def _arrow(self, start: int, stop: int | None = None) -> pa.Table:
+        return pa.table({n: pa.array(v[start:stop], type=self.schema.field(n).type) for n, v in self.columns.items()},
                         schema=self.schema)
 
+    def _write_atomic(self, start: int, path: Path) -> None:
+        """Rows ``start:`` to ``path`` (a temporary file, then renamed), converted to Arrow
+        and written :data:`ROWS_PER_GROUP` rows at a time, one row group each: one Arrow copy
+        of the whole table and the Parquet writer's buffers for it cost about twice the
+        columns' own bytes at a million clients (``benchmarks/RESULTS.md``, "Idle clients,
+        third pass"). A table of at most that many rows is one row group, written as
+        ``pq.write_table`` writes it."""
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with pq.ParquetWriter(tmp, self.schema) as out:
+                for first in range(start, max(len(self), start + 1), ROWS_PER_GROUP):
+                    out.write_table(self._arrow(first, first + ROWS_PER_GROUP))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a row that does not convert: the previous file stays, alone
+            raise
+        os.replace(tmp, path)
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+
+ROWS_PER_GROUP = 16_384
+"""Rows converted to Arrow and written at a time (one Parquet row group each)."""
 
 
 def fsync(path: Path) -> None:

@@ -74,13 +74,14 @@ class Devices:
     """Profiles of the whole population, stored as arrays (cheap for many clients)."""
 
     def __init__(self, compute: np.ndarray, down_mbps: np.ndarray, up_mbps: np.ndarray, latency_s: np.ndarray,
-                 memory_gb: np.ndarray | None = None) -> None:
-        self.compute = compute.astype(np.float64)
-        self.down_mbps = down_mbps.astype(np.float64)
-        self.up_mbps = up_mbps.astype(np.float64)
-        self.latency_s = latency_s.astype(np.float64)
+                 memory_gb: np.ndarray | None = None, copy: bool = True) -> None:
+        """``copy=False``: float64 arrays are kept as they are, not copied."""
+        self.compute = compute.astype(np.float64, copy=copy)
+        self.down_mbps = down_mbps.astype(np.float64, copy=copy)
+        self.up_mbps = up_mbps.astype(np.float64, copy=copy)
+        self.latency_s = latency_s.astype(np.float64, copy=copy)
         self._len = int(self.compute.shape[0])
-        self.memory_gb = (np.full(self._len, np.inf) if memory_gb is None else memory_gb.astype(np.float64))
+        self.memory_gb = (np.full(self._len, np.inf) if memory_gb is None else memory_gb.astype(np.float64, copy=copy))
         """Memory each device can give to training, GB (inf: not limited)."""
 
     def __len__(self) -> int:
@@ -133,7 +134,7 @@ class Devices:
                     arrays[field][group.ids] = value
             if group.memory_gb is not None:
                 memory[group.ids] = group.memory_gb
-        return cls(**arrays, memory_gb=memory)
+        return cls(arrays["compute"], arrays["down_mbps"], arrays["up_mbps"], arrays["latency_s"], memory)
 
 
 def sample(dist: float | DeviceDistribution, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -79,9 +79,22 @@ class ScriptedDevices(Devices):
     applied to every download."""
 
     def __init__(self, devices: Devices) -> None:
-        super().__init__(devices.compute.copy(), devices.down_mbps.copy(), devices.up_mbps.copy(),
-                         devices.latency_s.copy(), devices.memory_gb.copy())
+        # the population's arrays, shared until an event first changes one (:meth:`writable`):
+        # a run without scale/set events or device-trace rows keeps one copy, not two (40 bytes a client)
+        super().__init__(devices.compute, devices.down_mbps, devices.up_mbps, devices.latency_s, devices.memory_gb,
+                         copy=False)
+        self._shared = True
         self.uplink_mbps: float | None = None
+
+    def writable(self, field: str) -> np.ndarray:
+        """The array of ``field`` (``compute``, ``down_mbps``, ...) to change in place; the
+        first call copies every array, so the population's own stay as drawn."""
+        if self._shared:
+            for name in ("compute", "down_mbps", "up_mbps", "latency_s", "memory_gb"):
+                setattr(self, name, getattr(self, name).copy())
+            self._shared = False
+        array: np.ndarray = getattr(self, field)
+        return array
 
     def __getitem__(self, client: int) -> DeviceProfile:
         profile = super().__getitem__(client)
@@ -237,7 +250,7 @@ class Timeline:
         rows = self._trace_rows.pop(t)
         for client, values in rows:
             for field, value in values.items():
-                getattr(self.devices, field)[client] = value
+                self.devices.writable(field)[client] = value
         clients = tuple(sorted({c for c, _ in rows}))
         self._report(DEVICE_TRACE, "device_trace", clients, f"{len(rows)} trace rows")
 
@@ -250,11 +263,11 @@ class Timeline:
     # ------------------------------------------------------------------ what events change (EventTarget)
     def scale_devices(self, field: str, ids: np.ndarray, factor: float) -> None:
         """Multiply the group's device column ``field`` by ``factor``."""
-        getattr(self.devices, field)[ids] *= factor
+        self.devices.writable(field)[ids] *= factor
 
     def set_devices(self, field: str, ids: np.ndarray, value: float) -> None:
         """Set the group's device column ``field`` to ``value``."""
-        getattr(self.devices, field)[ids] = value
+        self.devices.writable(field)[ids] = value
 
     def set_offline(self, ids: np.ndarray, offline: bool) -> None:
         """Switch the group offline (or back online) and tell the watchers."""

@@ -94,3 +94,19 @@ def test_partition_errors_become_dataset_errors() -> None:
 def test_single_sample_client_keeps_it_for_training() -> None:
     fed = build_federation(_digits(max_train_samples=5), num_clients=5, seed=0)
     assert all(len(t) == 1 for t in fed.client_train) and all(len(t) == 0 for t in fed.client_test)
+
+
+def test_client_test_sizes_follow_the_split_rule() -> None:
+    """Held out at fraction 0.2: 0 of 0 or 1 sample, 1 of 2 (floor(0.4 + 0.5) = 0, raised to
+    1), 1 of 3, 2 of 10 (floor(2.5)); at 0.5, 2 of 3 (floor(2.0), at most n - 1 = 2); at 0,
+    none. Every count equals what client_test_split holds out."""
+    from fedclock.scenarios.client_split import client_test_sizes, client_test_split
+
+    assert client_test_sizes(np.array([0, 1, 2, 3, 10]), 0.2).tolist() == [0, 0, 1, 1, 2]
+    assert client_test_sizes(np.array([3, 4]), 0.5).tolist() == [2, 2]
+    assert client_test_sizes(np.array([5]), 0.0).tolist() == [0]
+    rng = np.random.default_rng(0)
+    for fraction in (0.0, 0.1, 0.2, 0.25, 0.5, 0.9):
+        sizes = np.arange(0, 40)
+        held = [len(client_test_split(np.arange(n), fraction, rng)[1]) for n in sizes]
+        assert client_test_sizes(sizes, fraction).tolist() == held

@@ -6,7 +6,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from fedclock.scenarios.partitions import partition_indices
+from fedclock.scenarios.partitions import _group, partition_indices
 from fedclock.scenarios.partition_config import (ClassSamplingPartition, DirichletByClassPartition, DirichletPartition,
                                                  IIDPartition, NaturalPartition, PathologicalPartition, ShardsPartition)
 
@@ -305,3 +305,13 @@ def test_shards_are_label_sorted_blocks() -> None:
 def test_shards_too_many() -> None:
     with pytest.raises(ValueError, match="dataset.partition.shards_per_client"):
         partition_indices(np.arange(10) % 2, 4, ShardsPartition(type="shards", shards_per_client=3), _rng())
+
+
+def test_grouping_by_owner_with_and_without_unowned_samples() -> None:
+    """Owners [1, 0, 1, 2]: client 0 holds sample 1, client 1 samples 0 and 2, client 2 sample 3
+    (every sample owned: grouped without copies); with sample 2 unowned (-1) it is left out."""
+    every = _group(np.array([1, 0, 1, 2]), 3)
+    assert every.flat.tolist() == [1, 0, 2, 3] and every.offsets.tolist() == [0, 1, 3, 4]
+    assert every.flat.dtype == np.int64
+    some = _group(np.array([1, 0, -1, 2]), 4)
+    assert some.flat.tolist() == [1, 0, 3] and some.offsets.tolist() == [0, 1, 2, 3, 3]

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -273,3 +274,32 @@ def test_task_ends_before_one_progress_report_share_one_part_file(tmp_path: Path
     parts = list((tmp_path / "events.parts").glob("*.parquet"))
     assert len(parts) == 1 and _rows(parts[0]) == 5
     assert read_rows(tmp_path / "events.parquet").num_rows == 5
+
+
+def test_rows_written_a_block_at_a_time_with_computed_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five rows in blocks of two: three row groups, read back as one table; a RowsColumn is
+    asked for rows 0-1, 2-3 and 4 only. client_counts of clients [2, 0, 2, 5] over 6 clients
+    gives 0:1, 1:0, 2:2, 3:0, 4:0, 5:1, and with weights [1.5, 2, 0.25, 4] the sums 2, 0, 1.75."""
+    from fedclock.scenarios import results
+
+    counts = results.client_counts(np.array([2, 0, 2, 5]), 6)
+    assert counts[1:4].tolist() == [0, 2, 0] and counts[0:6].tolist() == [1, 0, 2, 0, 0, 1]
+    assert results.client_counts(np.array([2, 0, 2, 5]), 6, np.array([1.5, 2, 0.25, 4]))[0:3].tolist() == [2, 0, 1.75]
+    with pytest.raises(ValueError, match="consecutive"):
+        counts[::2]
+    monkeypatch.setattr(results, "ROWS_PER_GROUP", 2)
+    asked: list[tuple[int, int]] = []
+
+    def ids(start: int, stop: int) -> np.ndarray:
+        asked.append((start, stop))
+        return np.arange(start, stop) * 10
+
+    table = Table(tmp_path / "c.parquet", CLIENTS_SCHEMA)
+    cols: dict[str, Any] = {name: [None] * 5 for name in CLIENTS_SCHEMA.names}
+    cols.update(client=results.RowsColumn(5, ids), compute=np.array([1.5, 2.5, 3.5, 4.5, 5.5]))
+    table.replace(cols)
+    table.flush()
+    assert asked == [(0, 2), (2, 4), (4, 5)] and pq.ParquetFile(tmp_path / "c.parquet").num_row_groups == 3
+    df = pd.read_parquet(tmp_path / "c.parquet")
+    assert df["client"].tolist() == [0, 10, 20, 30, 40] and df["compute"].tolist() == [1.5, 2.5, 3.5, 4.5, 5.5]
+    _no_tmp(tmp_path)

@@ -183,3 +183,20 @@ def test_timeline_mistakes_are_one_line(timeline: list, mode: dict | None, messa
 def test_unknown_event_type_lists_the_allowed_types() -> None:
     with pytest.raises(ScenarioError, match="scale.*set.*offline.*online.*join.*server_uplink.*concurrency.*cohort"):
         scenario(timeline=[{"at_s": 1, "type": "explode"}])
+
+
+def test_scripted_devices_share_the_population_arrays_until_an_event_changes_one() -> None:
+    """Without a change the timeline's devices are the population's arrays (one copy); the
+    first change copies all five, so the population's stay as drawn: compute [1, 2] scaled x3
+    for client 1 is [1, 6] for the clock and still [1, 2] for clients.parquet."""
+    from fedclock.scheduling.devices import Devices
+    from fedclock.scheduling.timeline import ScriptedDevices
+
+    drawn = Devices(np.array([1.0, 2.0]), np.array([10.0, 20.0]), np.array([5.0, 5.0]), np.array([0.1, 0.2]))
+    scripted = ScriptedDevices(drawn)
+    assert scripted.compute is drawn.compute and scripted.memory_gb is drawn.memory_gb
+    scripted.writable("compute")[1:] *= 3
+    assert scripted.compute.tolist() == [1.0, 6.0] and drawn.compute.tolist() == [1.0, 2.0]
+    assert scripted.down_mbps is not drawn.down_mbps and scripted.down_mbps.tolist() == [10.0, 20.0]
+    scripted.writable("latency_s")[0] = 0.5
+    assert scripted.latency_s.tolist() == [0.5, 0.2] and drawn.latency_s.tolist() == [0.1, 0.2]
