@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid import one_round_file, timed  # a sibling benchmark script
+from grid import one_round_file  # a sibling benchmark script
+from proctree import role_of, tree_cpu_by_pid  # a sibling benchmark script
 
 T0_VARIABLE = "FEDCLOCK_BENCH_T0"
 ENTRY = "fedclock.scenarios.entry"
@@ -83,6 +84,8 @@ def child(argv: list[str], spans_path: Path, early: bool) -> None:
     import fedclock.scenarios.cli as cli
     from fedclock.actors import runtime
     from fedclock.actors.calls import ActorCalls
+    from fedclock.actors.payloads import PayloadCache
+    from fedclock.actors.session import Session
     from fedclock.scenarios import experiment
 
     mark("driver: fedclock imported")
@@ -92,6 +95,11 @@ def child(argv: list[str], spans_path: Path, early: bool) -> None:
     wrap(runtime.Runtime, "_server_actor", "server actor created")
     wrap(runtime.Runtime, "session", "Runtime.session (actors set up)")
     wrap(experiment, "build_federation", "data loaded")
+    wrap(experiment.ResultsWriter, "__init__", "results writer built")
+    wrap(experiment.Clock, "__init__", "clock built")
+    wrap(experiment.Clock, "run", "clock.run")
+    wrap(PayloadCache, "for_client", "first payload asked")
+    wrap(Session, "evaluate", "first evaluation")
     wrap(ActorCalls, "train", "first task sent", before=False)
     wrap(ActorCalls, "train_group", "first task sent", before=False)
     close = runtime.Runtime.close
@@ -110,7 +118,9 @@ def child(argv: list[str], spans_path: Path, early: bool) -> None:
             starter.close()
     mark("Ray shut down")
     spans_path.write_text(json.dumps(spans, indent=1), encoding="utf-8")
-    raise SystemExit(code)
+    from fedclock.scenarios import entry
+
+    getattr(entry, "exit_now", sys.exit)(code)  # as the console script ends (code before it: sys.exit)
 
 
 def _actor_times(actor: Any, t0: float) -> float:
@@ -125,6 +135,55 @@ def _actor_times(actor: Any, t0: float) -> float:
     return float(ray.get(actor.__ray_call__.remote(created))) - t0
 
 
+SAMPLE_S = 0.05
+"""How often :func:`timed_tree` reads the process tree."""
+
+
+def timed_tree(cmd: list[str]) -> dict[str, Any]:
+    """Run ``cmd`` to its end as a child of this process, which adopts its orphans (Linux's
+    child subreaper, so a Ray process that outlives it is still seen): wall seconds to its
+    exit; CPU seconds of it and each descendant, each process's last reading every
+    :data:`SAMPLE_S` s (a process loses at most its last sample), summed by role
+    (``driver``, ``server``, ``executors``, ``ray``: :func:`proctree.role_of`); the
+    descendants alive when it exited, and how long until the last of them was gone."""
+    import ctypes
+
+    subreaper = ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    cpu: dict[int, float] = {}
+    roles: dict[int, str] = {}
+
+    def sample(root: int) -> None:
+        cpu.update(tree_cpu_by_pid(root))
+        for pid in cpu:
+            if roles.get(pid, "ray") == "ray":  # a Ray worker takes its actor's title once it holds the actor
+                roles[pid] = "driver" if pid == root else role_of(pid, root)
+
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err) as proc:
+        while proc.poll() is None:
+            sample(proc.pid)
+            time.sleep(SAMPLE_S)
+        wall = time.perf_counter() - start
+        left = [pid for pid in tree_cpu_by_pid(os.getpid()) if pid != os.getpid()]
+        while True:  # the orphans: sampled until they are gone, reaped here
+            sample(os.getpid())
+            try:
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    time.sleep(SAMPLE_S)
+            except ChildProcessError:
+                break
+        gone = time.perf_counter() - start - wall
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+    cpu.pop(os.getpid(), None)
+    by_role: dict[str, float] = {}
+    for pid, seconds in cpu.items():
+        by_role[roles.get(pid, "ray")] = by_role.get(roles.get(pid, "ray"), 0.0) + seconds
+    return {"wall_s": wall, "cpu_s": sum(by_role.values()), "cpu_s_by_role": by_role, "left_behind": len(left),
+            "gone_after_s": gone if left else 0.0, "subreaper": subreaper, "load_1min": os.getloadavg()[0]}
+
+
 def command(python: str, module: str, path: Path, backend: str, out: str) -> list[str]:
     """``fedclock run PATH`` of one side, as ``python -m module``."""
     return [python, "-m", module, "run", str(path), "--quiet", "--backend", backend, "--out", out]
@@ -132,10 +191,11 @@ def command(python: str, module: str, path: Path, backend: str, out: str) -> lis
 
 def sides(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
     """Each side's interpreter and module: this checkout's console script (``entry``) on both
-    backends, and with ``--before-python`` the code before this change (its ``cli``)."""
+    backends, and with ``--before-python`` the code before this change on both (its ``--before-module``)."""
     out = {"inline": (sys.executable, ENTRY), "ray": (sys.executable, ENTRY)}
     if args.before_python:
-        out["ray, before"] = (args.before_python, "fedclock.scenarios.cli")
+        out["inline, before"] = (args.before_python, args.before_module)
+        out["ray, before"] = (args.before_python, args.before_module)
     return out
 
 
@@ -178,15 +238,15 @@ def _slowest_imports(top: int) -> list[tuple[str, float]]:
 def interleaved(args: argparse.Namespace) -> dict[str, Any]:
     """Cold whole processes, the sides alternately, ``--repeats`` each; with ``--spans`` a
     timeline of each Ray side per repeat as well."""
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name in sides(args)}
-    timelines: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args) if name != "inline"}
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args)}
+    timelines: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args) if not name.startswith("inline")}
     with tempfile.TemporaryDirectory() as folder:
         path = one_round_file(Path(folder))
         for _ in range(args.repeats):
             for name, (python, module) in sides(args).items():
-                backend = "inline" if name == "inline" else "ray"
+                backend = "inline" if name.startswith("inline") else "ray"
                 with tempfile.TemporaryDirectory() as tmp:
-                    samples[name].append(timed(command(python, module, path, backend, tmp)))
+                    samples[name].append(timed_tree(command(python, module, path, backend, tmp)))
                 if args.spans and name in timelines:
                     timelines[name].append(spans_run(args, python, early=module == ENTRY))
     figures: dict[str, Any] = {
@@ -209,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spans", action="store_true", help="also one instrumented Ray run's timeline per repeat")
     parser.add_argument("--before-python", default=None,
                         help="an interpreter that imports the code to compare with (run as fedclock.scenarios.cli)")
+    parser.add_argument("--before-module", default="fedclock.scenarios.cli",
+                        help="the module --before-python runs (fedclock.scenarios.entry: a checkout with the early start)")
     parser.add_argument("--importtime", action="store_true", help="with --spans: the executor's slowest imports")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
