@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--before-python", default=None,
                         help="an interpreter that imports the code to compare with (run as fedclock.scenarios.cli)")
     parser.add_argument("--before-module", default="fedclock.scenarios.cli",
-                        help="the module --before-python runs (fedclock.scenarios.entry: a checkout with the early start)")
+                        help="the module --before-python runs (fedclock.scenarios.entry: with the early start)")
     parser.add_argument("--importtime", action="store_true", help="with --spans: the executor's slowest imports")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
