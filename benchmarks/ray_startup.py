@@ -139,6 +139,14 @@ SAMPLE_S = 0.05
 """How often :func:`timed_tree` reads the process tree."""
 
 
+def adopt_orphans() -> bool:
+    """Make this process the one that adopts its descendants' orphans (Linux's child
+    subreaper); whether that worked."""
+    import ctypes
+
+    return bool(ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+
+
 def timed_tree(cmd: list[str]) -> dict[str, Any]:
     """Run ``cmd`` to its end as a child of this process, which adopts its orphans (Linux's
     child subreaper, so a Ray process that outlives it is still seen): wall seconds to its
@@ -146,37 +154,38 @@ def timed_tree(cmd: list[str]) -> dict[str, Any]:
     :data:`SAMPLE_S` s (a process loses at most its last sample), summed by role
     (``driver``, ``server``, ``executors``, ``ray``: :func:`proctree.role_of`); the
     descendants alive when it exited, and how long until the last of them was gone."""
-    import ctypes
-
-    subreaper = ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    subreaper = adopt_orphans()
     cpu: dict[int, float] = {}
     roles: dict[int, str] = {}
 
     def sample(root: int) -> None:
-        cpu.update(tree_cpu_by_pid(root))
+        cpu.update((pid, v) for pid, v in tree_cpu_by_pid(root).items() if pid not in earlier)
         for pid in cpu:
             if roles.get(pid, "ray") == "ray":  # a Ray worker takes its actor's title once it holds the actor
                 roles[pid] = "driver" if pid == root else role_of(pid, root)
 
+    earlier = set(tree_cpu_by_pid(os.getpid()))  # this script and what an earlier sample left (not this one's)
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err) as proc:
         while proc.poll() is None:
             sample(proc.pid)
             time.sleep(SAMPLE_S)
         wall = time.perf_counter() - start
-        left = [pid for pid in tree_cpu_by_pid(os.getpid()) if pid != os.getpid()]
-        while True:  # the orphans: sampled until they are gone, reaped here
+        left = [pid for pid in tree_cpu_by_pid(os.getpid()) if pid not in earlier]
+        while True:  # its orphans, adopted here: sampled until they are gone
             sample(os.getpid())
             try:
-                if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                    time.sleep(SAMPLE_S)
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
             except ChildProcessError:
+                pass
+            if not set(tree_cpu_by_pid(os.getpid())) - earlier:
                 break
+            time.sleep(SAMPLE_S)
         gone = time.perf_counter() - start - wall
         if proc.returncode != 0:
             err.seek(0)
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")
-    cpu.pop(os.getpid(), None)
     by_role: dict[str, float] = {}
     for pid, seconds in cpu.items():
         by_role[roles.get(pid, "ray")] = by_role.get(roles.get(pid, "ray"), 0.0) + seconds
@@ -208,6 +217,7 @@ def spans_run(args: argparse.Namespace, python: str, early: bool) -> dict[str, A
         if args.importtime:
             env["PYTHONPROFILEIMPORTTIME"] = "1"
         env[T0_VARIABLE] = repr(time.time())
+        earlier = set(tree_cpu_by_pid(os.getpid()))
         start = time.perf_counter()
         done = subprocess.run([python, __file__, "--child", str(out), "early" if early else "late",
                                "run", str(path), "--quiet", "--backend", "ray", "--out", str(Path(tmp) / "res")],
@@ -217,6 +227,7 @@ def spans_run(args: argparse.Namespace, python: str, early: bool) -> dict[str, A
             raise SystemExit(done.stderr[-3000:])
         spans = json.loads(out.read_text(encoding="utf-8"))
         spans["process exit"] = wall
+        spans["left behind"] = len(set(tree_cpu_by_pid(os.getpid())) - earlier)  # adopted by this script
         if args.importtime:
             spans["executor's slowest imports"] = _slowest_imports(args.top)
     return spans
@@ -238,6 +249,7 @@ def _slowest_imports(top: int) -> list[tuple[str, float]]:
 def interleaved(args: argparse.Namespace) -> dict[str, Any]:
     """Cold whole processes, the sides alternately, ``--repeats`` each; with ``--spans`` a
     timeline of each Ray side per repeat as well."""
+    adopt_orphans()  # before the first instrumented run too
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args)}
     timelines: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args) if not name.startswith("inline")}
     with tempfile.TemporaryDirectory() as folder:
