@@ -119,7 +119,9 @@ class RayStart:
 
     def close(self) -> None:
         """Shut down the Ray this started (none when Ray ran already, or it failed to start)
-        and end the thread; a second call does nothing."""
+        and end the thread; a second call does nothing. A local Ray's processes (those its
+        start began, and their descendants: workers, agents) are gone when this returns
+        (:func:`_end`), so that a command that exits at once leaves none behind."""
         if self._thread is None:
             return
         self._done.wait()

@@ -3,6 +3,7 @@
     python benchmarks/ray_startup.py --repeats 3 --spans --out startup.json
     python benchmarks/ray_startup.py --repeats 3 --spans --before-python OLD/bin/python --out startup.json
     python benchmarks/ray_startup.py --repeats 1 --spans --importtime --out startup.json
+    python benchmarks/ray_startup.py --repeats 3 --daemons --out daemons.json
 
 The workload is the quickstart's FedAvg run with 4 clients and 1 round (``benchmarks/grid.py``'s
 ``one_round_file``): its training takes milliseconds, so the whole process is start-up.
@@ -14,6 +15,10 @@ fedclock.scenarios.entry``) with ``--backend inline`` and ``--backend ray``, and
 ``python -m fedclock.scenarios.cli``, the console script before ``scenarios/entry.py``). Each
 sample is a whole cold process: wall seconds from before it starts to its exit, CPU seconds
 (user + system) of it and every descendant it waited for.
+
+``--daemons`` measures Ray's start alone instead, as a run starts it (without the daemons
+``actors/ray_start.py`` leaves out) and in full, alternately: ``ray.init``'s wall seconds and
+the CPU seconds of Ray's processes by program after 4 s idle.
 
 ``--spans`` adds, per repeat and Ray side, one more cold run in a child of this script that
 wraps a few fedclock functions with timestamps before it runs the command (the code that runs
@@ -272,10 +277,53 @@ def interleaved(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def daemons_child(mode: str) -> None:
+    """Start a local Ray as a run does (``lean``) or with every daemon (``full``: no
+    ``IDLE_DAEMONS`` skipped), idle 4 s, print its start's wall seconds and the CPU seconds of
+    this process's tree by program, shut it down."""
+    from fedclock.actors import ray_start
+
+    start = time.perf_counter()
+    if mode == "full":
+        ray_start.IDLE_DAEMONS = ()
+    starter = ray_start.RayStart(None)
+    starter.wait()
+    init_s = time.perf_counter() - start
+    time.sleep(4)
+    by: dict[str, float] = {}
+    for pid, seconds in tree_cpu_by_pid(os.getpid()).items():
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in line if w and not w.startswith(b"-")]
+        name = "driver" if pid == os.getpid() else next(
+            (Path(w).name for w in words[1:] if w.endswith(".py")), Path(words[0]).name if words else "?")
+        by[name] = by.get(name, 0.0) + seconds
+    starter.close()
+    ray_cpu = sum(v for k, v in by.items() if k != "driver")
+    sys.stdout.write(json.dumps({"mode": mode, "init_s": init_s, "ray_cpu_s": ray_cpu, "cpu_s_by_program": by,
+                                 "load_1min": os.getloadavg()[0]}) + "\n")
+
+
+def daemons(repeats: int) -> list[dict[str, Any]]:
+    """:func:`daemons_child` in fresh processes, ``lean`` and ``full`` alternately."""
+    out = []
+    for _ in range(repeats):
+        for mode in ("lean", "full"):
+            done = subprocess.run([sys.executable, __file__, "--daemons-child", mode], capture_output=True, text=True,
+                                  check=True)
+            out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         child(argv[3:], Path(argv[1]), argv[2] == "early")
+    if argv[:1] == ["--daemons-child"]:
+        daemons_child(argv[1])
+        return
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--spans", action="store_true", help="also one instrumented Ray run's timeline per repeat")
@@ -286,9 +334,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--importtime", action="store_true", help="with --spans: the executor's slowest imports")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--daemons", action="store_true",
+                        help="instead: Ray's own processes started as a run starts them and in full, alternately")
     args = parser.parse_args(argv)
     load = os.getloadavg()
-    figures = interleaved(args)
+    figures: dict[str, Any] = {"daemons": daemons(args.repeats)} if args.daemons else interleaved(args)
     figures["load_average"] = {"before": load, "after": os.getloadavg()}
     text = json.dumps(figures, indent=1)
     if args.out is not None:
