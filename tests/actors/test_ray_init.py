@@ -157,6 +157,7 @@ def test_the_idle_daemons_are_skipped_only_while_ray_starts() -> None:
 
     methods = {name: getattr(Node, name) for name in IDLE_DAEMONS}
     with _without_idle_daemons():
-        assert all(getattr(Node, name) is not methods[name] for name in IDLE_DAEMONS)
-        assert Node.start_monitor(object()) is None  # type: ignore[arg-type]
+        skipped = {name: getattr(Node, name) for name in IDLE_DAEMONS}
+        assert all(skipped[name] is not methods[name] for name in IDLE_DAEMONS)
+        assert all(method(object()) is None for method in skipped.values())  # nothing started
     assert {name: getattr(Node, name) for name in IDLE_DAEMONS} == methods
