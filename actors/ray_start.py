@@ -66,7 +66,8 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
 
         if ray.is_initialized():
             return False
-        ray.init(num_cpus=num_cpus, **kwargs)
+        with _without_idle_daemons():
+            ray.init(num_cpus=num_cpus, **kwargs)
     node = ray.util.get_node_ip_address()
     if not is_loopback(node):
         ray.shutdown()
@@ -89,6 +90,8 @@ class RayStart:
     def __init__(self, address: str | None) -> None:
         self.address = address
         self._started_ray = False
+        self._daemons: list[Any] = []
+        """The processes the local Ray start began (GCS, raylet, log monitor, ...)."""
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._release = threading.Event()
@@ -98,7 +101,10 @@ class RayStart:
 
     def _run(self) -> None:
         try:
+            before = {p.pid for p in _children()} if self.address is None else set()
             self._started_ray = start_ray(self.address)
+            if self._started_ray and self.address is None:  # the daemons this start began: ended by close()
+                self._daemons = [p for p in _children() if p.pid not in before]
         except BaseException as exc:  # handed to the caller by wait()
             self._error = exc
         self._done.set()
@@ -113,18 +119,62 @@ class RayStart:
 
     def close(self) -> None:
         """Shut down the Ray this started (none when Ray ran already, or it failed to start)
-        and end the thread; a second call does nothing."""
+        and end the thread; a second call does nothing. A local Ray's processes (those its
+        start began, and their descendants: workers, agents) are gone when this returns
+        (:func:`_end`), so that a command that exits at once leaves none behind."""
         if self._thread is None:
             return
         self._done.wait()
         if self._started_ray:
             import ray
 
+            started = _with_descendants(self._daemons)
             ray.shutdown()
+            _end(started)
             self._started_ray = False
         self._release.set()
         self._thread.join()
         self._thread = None
+
+
+LEFT_GRACE_S = 2.0
+"""How long :func:`_end` waits for a Ray process that outlived ``ray.shutdown`` (a worker or
+agent whose raylet was killed exits once it notices) before it kills it."""
+
+
+def _children() -> list[Any]:
+    """This process's children (``psutil`` processes)."""
+    import psutil
+
+    return list(psutil.Process().children())
+
+
+def _with_descendants(processes: list[Any]) -> list[Any]:
+    """``processes`` and every live descendant of them."""
+    import psutil
+
+    found = list(processes)
+    for proc in processes:
+        try:
+            found.extend(proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return found
+
+
+def _end(processes: list[Any]) -> None:
+    """After ``ray.shutdown``: wait up to :data:`LEFT_GRACE_S` for ``processes`` to exit,
+    then kill those left, so that none outlives the run (``ray.shutdown`` waits for the
+    processes it started itself, not for the raylet's workers and agents)."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=LEFT_GRACE_S)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=LEFT_GRACE_S)
 
 
 @contextmanager
@@ -147,6 +197,45 @@ def _loopback_node() -> Iterator[None]:
         constants = sys.modules.get("ray._private.ray_constants")
         if constants is not None:  # the value Ray reads from the environment as it is again
             constants.ENABLE_RAY_CLUSTER = constants.env_bool(LOCAL_ONLY_VARIABLE, not constants.IS_WINDOWS_OR_OSX)
+
+
+IDLE_DAEMONS = ("start_monitor", "start_api_server")
+"""The methods of Ray's ``ray._private.node.Node`` that start the head's daemons a local run
+never uses: the autoscaler's monitor (nothing to scale on one machine) and the API server
+(with ``include_dashboard=False`` Ray still starts it, with only its usage-statistics module,
+and usage statistics are off). Together about 2 CPU s of a cold run on 2 cores, and
+``ray.init`` waits for the API server to register before it starts the raylet
+(``benchmarks/RESULTS.md``, "Ray start-up, third pass").
+
+Ray offers no public switch for either (``ray start --no-monitor`` exists only on its command
+line; the API server has none), so :func:`_without_idle_daemons` replaces these two methods of
+a private class while ``ray.init`` runs: tested against the pinned Ray
+(tests/actors/test_ray_init.py lists the processes of a local run); a Ray without them is
+started in full, as before. The log monitor stays: it carries what the actors print (a
+user's plugin) to the terminal."""
+
+
+@contextmanager
+def _without_idle_daemons() -> Iterator[None]:
+    """Ray's head node started without :data:`IDLE_DAEMONS` (their methods do nothing while
+    this lasts; put back afterwards)."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # a Ray without this private module: started in full
+        yield
+        return
+    saved = {name: Node.__dict__[name] for name in IDLE_DAEMONS if name in Node.__dict__}
+    for name in saved:
+        setattr(Node, name, _skipped)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(Node, name, method)
+
+
+def _skipped(self: Any, *args: Any, **kwargs: Any) -> None:
+    """A daemon not started (see :data:`IDLE_DAEMONS`)."""
 
 
 def default_num_actors(cfg: RuntimeConfig, num_clients: int, cpus: float) -> int:

@@ -3,6 +3,7 @@
     python benchmarks/ray_startup.py --repeats 3 --spans --out startup.json
     python benchmarks/ray_startup.py --repeats 3 --spans --before-python OLD/bin/python --out startup.json
     python benchmarks/ray_startup.py --repeats 1 --spans --importtime --out startup.json
+    python benchmarks/ray_startup.py --repeats 3 --daemons --out daemons.json
 
 The workload is the quickstart's FedAvg run with 4 clients and 1 round (``benchmarks/grid.py``'s
 ``one_round_file``): its training takes milliseconds, so the whole process is start-up.
@@ -14,6 +15,10 @@ fedclock.scenarios.entry``) with ``--backend inline`` and ``--backend ray``, and
 ``python -m fedclock.scenarios.cli``, the console script before ``scenarios/entry.py``). Each
 sample is a whole cold process: wall seconds from before it starts to its exit, CPU seconds
 (user + system) of it and every descendant it waited for.
+
+``--daemons`` measures Ray's start alone instead, as a run starts it (without the daemons
+``actors/ray_start.py`` leaves out) and in full, alternately: ``ray.init``'s wall seconds and
+the CPU seconds of Ray's processes by program after 4 s idle.
 
 ``--spans`` adds, per repeat and Ray side, one more cold run in a child of this script that
 wraps a few fedclock functions with timestamps before it runs the command (the code that runs
@@ -39,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid import one_round_file, timed  # a sibling benchmark script
+from grid import one_round_file  # a sibling benchmark script
+from proctree import role_of, tree_cpu_by_pid  # a sibling benchmark script
 
 T0_VARIABLE = "FEDCLOCK_BENCH_T0"
 ENTRY = "fedclock.scenarios.entry"
@@ -83,6 +89,8 @@ def child(argv: list[str], spans_path: Path, early: bool) -> None:
     import fedclock.scenarios.cli as cli
     from fedclock.actors import runtime
     from fedclock.actors.calls import ActorCalls
+    from fedclock.actors.payloads import PayloadCache
+    from fedclock.actors.session import Session
     from fedclock.scenarios import experiment
 
     mark("driver: fedclock imported")
@@ -92,6 +100,11 @@ def child(argv: list[str], spans_path: Path, early: bool) -> None:
     wrap(runtime.Runtime, "_server_actor", "server actor created")
     wrap(runtime.Runtime, "session", "Runtime.session (actors set up)")
     wrap(experiment, "build_federation", "data loaded")
+    wrap(experiment.ResultsWriter, "__init__", "results writer built")
+    wrap(experiment.Clock, "__init__", "clock built")
+    wrap(experiment.Clock, "run", "clock.run")
+    wrap(PayloadCache, "for_client", "first payload asked")
+    wrap(Session, "evaluate", "first evaluation")
     wrap(ActorCalls, "train", "first task sent", before=False)
     wrap(ActorCalls, "train_group", "first task sent", before=False)
     close = runtime.Runtime.close
@@ -110,7 +123,9 @@ def child(argv: list[str], spans_path: Path, early: bool) -> None:
             starter.close()
     mark("Ray shut down")
     spans_path.write_text(json.dumps(spans, indent=1), encoding="utf-8")
-    raise SystemExit(code)
+    from fedclock.scenarios import entry
+
+    getattr(entry, "exit_now", sys.exit)(code)  # as the console script ends (code before it: sys.exit)
 
 
 def _actor_times(actor: Any, t0: float) -> float:
@@ -125,6 +140,64 @@ def _actor_times(actor: Any, t0: float) -> float:
     return float(ray.get(actor.__ray_call__.remote(created))) - t0
 
 
+SAMPLE_S = 0.05
+"""How often :func:`timed_tree` reads the process tree."""
+
+
+def adopt_orphans() -> bool:
+    """Make this process the one that adopts its descendants' orphans (Linux's child
+    subreaper); whether that worked."""
+    import ctypes
+
+    return bool(ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def timed_tree(cmd: list[str]) -> dict[str, Any]:
+    """Run ``cmd`` to its end as a child of this process, which adopts its orphans (Linux's
+    child subreaper, so a Ray process that outlives it is still seen): wall seconds to its
+    exit; CPU seconds of it and each descendant, each process's last reading every
+    :data:`SAMPLE_S` s (a process loses at most its last sample), summed by role
+    (``driver``, ``server``, ``executors``, ``ray``: :func:`proctree.role_of`); the
+    descendants alive when it exited, and how long until the last of them was gone."""
+    subreaper = adopt_orphans()
+    cpu: dict[int, float] = {}
+    roles: dict[int, str] = {}
+
+    def sample(root: int) -> None:
+        cpu.update((pid, v) for pid, v in tree_cpu_by_pid(root).items() if pid not in earlier)
+        for pid in cpu:
+            if roles.get(pid, "ray") == "ray":  # a Ray worker takes its actor's title once it holds the actor
+                roles[pid] = "driver" if pid == root else role_of(pid, root)
+
+    earlier = set(tree_cpu_by_pid(os.getpid()))  # this script and what an earlier sample left (not this one's)
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err) as proc:
+        while proc.poll() is None:
+            sample(proc.pid)
+            time.sleep(SAMPLE_S)
+        wall = time.perf_counter() - start
+        left = [pid for pid in tree_cpu_by_pid(os.getpid()) if pid not in earlier]
+        while True:  # its orphans, adopted here: sampled until they are gone
+            sample(os.getpid())
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            except ChildProcessError:
+                pass
+            if not set(tree_cpu_by_pid(os.getpid())) - earlier:
+                break
+            time.sleep(SAMPLE_S)
+        gone = time.perf_counter() - start - wall
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+    by_role: dict[str, float] = {}
+    for pid, seconds in cpu.items():
+        by_role[roles.get(pid, "ray")] = by_role.get(roles.get(pid, "ray"), 0.0) + seconds
+    return {"wall_s": wall, "cpu_s": sum(by_role.values()), "cpu_s_by_role": by_role, "left_behind": len(left),
+            "gone_after_s": gone if left else 0.0, "subreaper": subreaper, "load_1min": os.getloadavg()[0]}
+
+
 def command(python: str, module: str, path: Path, backend: str, out: str) -> list[str]:
     """``fedclock run PATH`` of one side, as ``python -m module``."""
     return [python, "-m", module, "run", str(path), "--quiet", "--backend", backend, "--out", out]
@@ -132,10 +205,11 @@ def command(python: str, module: str, path: Path, backend: str, out: str) -> lis
 
 def sides(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
     """Each side's interpreter and module: this checkout's console script (``entry``) on both
-    backends, and with ``--before-python`` the code before this change (its ``cli``)."""
+    backends, and with ``--before-python`` the code before this change on both (its ``--before-module``)."""
     out = {"inline": (sys.executable, ENTRY), "ray": (sys.executable, ENTRY)}
     if args.before_python:
-        out["ray, before"] = (args.before_python, "fedclock.scenarios.cli")
+        out["inline, before"] = (args.before_python, args.before_module)
+        out["ray, before"] = (args.before_python, args.before_module)
     return out
 
 
@@ -148,6 +222,7 @@ def spans_run(args: argparse.Namespace, python: str, early: bool) -> dict[str, A
         if args.importtime:
             env["PYTHONPROFILEIMPORTTIME"] = "1"
         env[T0_VARIABLE] = repr(time.time())
+        earlier = set(tree_cpu_by_pid(os.getpid()))
         start = time.perf_counter()
         done = subprocess.run([python, __file__, "--child", str(out), "early" if early else "late",
                                "run", str(path), "--quiet", "--backend", "ray", "--out", str(Path(tmp) / "res")],
@@ -157,6 +232,7 @@ def spans_run(args: argparse.Namespace, python: str, early: bool) -> dict[str, A
             raise SystemExit(done.stderr[-3000:])
         spans = json.loads(out.read_text(encoding="utf-8"))
         spans["process exit"] = wall
+        spans["left behind"] = len(set(tree_cpu_by_pid(os.getpid())) - earlier)  # adopted by this script
         if args.importtime:
             spans["executor's slowest imports"] = _slowest_imports(args.top)
     return spans
@@ -178,15 +254,16 @@ def _slowest_imports(top: int) -> list[tuple[str, float]]:
 def interleaved(args: argparse.Namespace) -> dict[str, Any]:
     """Cold whole processes, the sides alternately, ``--repeats`` each; with ``--spans`` a
     timeline of each Ray side per repeat as well."""
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name in sides(args)}
-    timelines: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args) if name != "inline"}
+    adopt_orphans()  # before the first instrumented run too
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args)}
+    timelines: dict[str, list[dict[str, Any]]] = {name: [] for name in sides(args) if not name.startswith("inline")}
     with tempfile.TemporaryDirectory() as folder:
         path = one_round_file(Path(folder))
         for _ in range(args.repeats):
             for name, (python, module) in sides(args).items():
-                backend = "inline" if name == "inline" else "ray"
+                backend = "inline" if name.startswith("inline") else "ray"
                 with tempfile.TemporaryDirectory() as tmp:
-                    samples[name].append(timed(command(python, module, path, backend, tmp)))
+                    samples[name].append(timed_tree(command(python, module, path, backend, tmp)))
                 if args.spans and name in timelines:
                     timelines[name].append(spans_run(args, python, early=module == ENTRY))
     figures: dict[str, Any] = {
@@ -200,21 +277,68 @@ def interleaved(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def daemons_child(mode: str) -> None:
+    """Start a local Ray as a run does (``lean``) or with every daemon (``full``: no
+    ``IDLE_DAEMONS`` skipped), idle 4 s, print its start's wall seconds and the CPU seconds of
+    this process's tree by program, shut it down."""
+    from fedclock.actors import ray_start
+
+    start = time.perf_counter()
+    if mode == "full":
+        ray_start.IDLE_DAEMONS = ()
+    starter = ray_start.RayStart(None)
+    starter.wait()
+    init_s = time.perf_counter() - start
+    time.sleep(4)
+    by: dict[str, float] = {}
+    for pid, seconds in tree_cpu_by_pid(os.getpid()).items():
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in line if w and not w.startswith(b"-")]
+        name = "driver" if pid == os.getpid() else next(
+            (Path(w).name for w in words[1:] if w.endswith(".py")), Path(words[0]).name if words else "?")
+        by[name] = by.get(name, 0.0) + seconds
+    starter.close()
+    ray_cpu = sum(v for k, v in by.items() if k != "driver")
+    sys.stdout.write(json.dumps({"mode": mode, "init_s": init_s, "ray_cpu_s": ray_cpu, "cpu_s_by_program": by,
+                                 "load_1min": os.getloadavg()[0]}) + "\n")
+
+
+def daemons(repeats: int) -> list[dict[str, Any]]:
+    """:func:`daemons_child` in fresh processes, ``lean`` and ``full`` alternately."""
+    out = []
+    for _ in range(repeats):
+        for mode in ("lean", "full"):
+            done = subprocess.run([sys.executable, __file__, "--daemons-child", mode], capture_output=True, text=True,
+                                  check=True)
+            out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         child(argv[3:], Path(argv[1]), argv[2] == "early")
+    if argv[:1] == ["--daemons-child"]:
+        daemons_child(argv[1])
+        return
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--spans", action="store_true", help="also one instrumented Ray run's timeline per repeat")
     parser.add_argument("--before-python", default=None,
                         help="an interpreter that imports the code to compare with (run as fedclock.scenarios.cli)")
+    parser.add_argument("--before-module", default="fedclock.scenarios.cli",
+                        help="the module --before-python runs (fedclock.scenarios.entry: with the early start)")
     parser.add_argument("--importtime", action="store_true", help="with --spans: the executor's slowest imports")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--daemons", action="store_true",
+                        help="instead: Ray's own processes started as a run starts them and in full, alternately")
     args = parser.parse_args(argv)
     load = os.getloadavg()
-    figures = interleaved(args)
+    figures: dict[str, Any] = {"daemons": daemons(args.repeats)} if args.daemons else interleaved(args)
     figures["load_average"] = {"before": load, "after": os.getloadavg()}
     text = json.dumps(figures, indent=1)
     if args.out is not None:

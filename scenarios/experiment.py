@@ -305,9 +305,13 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     seed = scenario.seed
     devices = Devices.draw(scenario.population, seed)
     availability = population_availability(scenario.population, seed)
-    # counted before the actors are set up: on Ray this runs while their processes start
+    # counted before the actors are set up: on Ray this runs while their processes start (the
+    # counts are lazy: task_costs and feasible_clients make the first ones, which import
+    # torch._dynamo, 1-2 CPU s; benchmarks/RESULTS.md, "Ray start-up, third pass")
     task_cost = counted.task(algorithm, federation.x.dtype)
     server_cost = counted.server(algorithm, federation.x.dtype)
+    costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
+    feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
@@ -318,8 +322,6 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if cka_at is not None:
         session.after_evaluation = CKAAtVersions(scenario, algorithm, federation, session, out_dir,
                                                lambda: clock.round, None if checkpoint is None else checkpoint.version)
-    costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
-    feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
     timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
     work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
     backend: Backend = session

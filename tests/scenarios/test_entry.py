@@ -65,3 +65,20 @@ def test_a_run_that_stops_before_it_uses_ray_shuts_the_early_start_down(scenario
     assert entry.main(["run", str(scenario), "--quiet"]) == 2
     assert calls == ["init", "shutdown"]
     assert "no_such_algorithm" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("thread", [False, True])
+def test_the_console_script_exits_at_once_after_its_exit_handlers(thread: bool) -> None:
+    """:func:`entry.exit_now`: the exit status, what was printed and the exit handlers'
+    output arrive as with ``sys.exit``; a thread still working is waited for first."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, threading, time; from fedclock.scenarios.entry import exit_now\n"
+            "atexit.register(print, 'handler ran')\n"
+            f"if {thread}: threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+            "print('result', end=' ')\n"
+            "exit_now(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == ("result thread done\nhandler ran\n" if thread else "result handler ran\n")
