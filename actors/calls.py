@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskResults
-from fedclock.actors.transport import Transport, actor_id
+from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskResults, group_results, group_returns
+from fedclock.actors.transport import Transport, actor_id, gathered
 from fedclock.actors.watchdog import TaskHung
 
 R = TypeVar("R")
@@ -67,10 +67,18 @@ class ActorCalls:
                                         num_returns=RESULTS_PER_TASK))
 
     def train_group(self, slot: int, method: str, group: list[TaskInputs]) -> list[TaskResults]:
-        """Start several tasks in one call (``train_many`` or ``train_each``) at ``slot``."""
-        refs = self.t.call(self.executors[slot], method, *[self.sent(inputs) for inputs in group],
-                           num_returns=RESULTS_PER_TASK * len(group))
-        return [TaskResults(*refs[RESULTS_PER_TASK * j:RESULTS_PER_TASK * (j + 1)]) for j in range(len(group))]
+        """Start several tasks in one call (``train_many`` or ``train_each``) at ``slot``; their
+        uploads and reports come back as parts of one list each (:func:`~fedclock.actors.task_io.grouped`)."""
+        handles = self.t.call(self.executors[slot], method, *[self.sent(inputs) for inputs in group],
+                              num_returns=group_returns(len(group)))
+        return group_results(handles, len(group))
+
+    def receive(self, meta: list[tuple[int, int, int, int, int | None]], uploads: list[Any]) -> Any:
+        """Hand arrivals to the server (``receive_parts``): each group's list of uploads goes once,
+        whichever of its parts arrive (:func:`~fedclock.actors.transport.gathered`). Returns the
+        handle of the server version."""
+        args, picks = gathered(uploads)
+        return self.t.call(self.server, "receive_parts", meta, picks, *args)
 
     def retried(self, what: str, slot: int, fetch: Callable[[], R], rerun: Callable[[], object]) -> R:
         """``fetch()``; while it reports the death of the executor at ``slot``, replace it
