@@ -68,9 +68,16 @@ class ActorCalls:
 
     def train_group(self, slot: int, method: str, group: list[TaskInputs]) -> list[TaskResults]:
         """Start several tasks in one call (``train_many`` or ``train_each``) at ``slot``; their
-        uploads and reports come back as parts of one list each (:func:`~fedclock.actors.task_io.grouped`)."""
-        handles = self.t.call(self.executors[slot], method, *[self.sent(inputs) for inputs in group],
-                              num_returns=group_returns(len(group)))
+        uploads and reports come back as parts of one list each (:func:`~fedclock.actors.task_io.grouped`).
+        The tasks go as one list in which tasks with the same payload handle share one
+        :class:`~fedclock.actors.transport.ByReference` object, so that pickling writes it (and on
+        Ray registers the executor as a borrower of it) once per call rather than once per task."""
+        shared: dict[int, TaskInputs] = {}
+        sent = []
+        for inputs in group:
+            first = shared.setdefault(id(inputs.payload), self.sent(inputs))
+            sent.append(inputs._replace(payload=first.payload))
+        handles = self.t.call(self.executors[slot], method, sent, num_returns=group_returns(len(group)))
         return group_results(handles, len(group))
 
     def receive(self, meta: list[tuple[int, int, int, int, int | None]], uploads: list[Any]) -> Any:

@@ -7,7 +7,7 @@ result, so any executor can serve any client and a lost executor costs only a re
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -75,7 +75,7 @@ class ClientExecutor:
             result = self.algorithm.client_update(inputs.payload, inputs.state, data, rng)
         return compact(result.upload), compact(result.state), self._reported(result, data)
 
-    def train_many(self, *tasks: TaskInputs) -> tuple[object, ...]:
+    def train_many(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
         """K tasks trained at once (vectorized clients, :mod:`fedclock.algorithms.vectorized`);
         returns the K results as :func:`~fedclock.actors.task_io.grouped` lays them out (the
         uploads in one list, the reports in one list, then each state), equal to
@@ -90,7 +90,7 @@ class ClientExecutor:
         return grouped([(compact(result.upload), compact(result.state), self._reported(result, data))
                         for result, data in zip(results, datas)])
 
-    def train_each(self, *tasks: TaskInputs) -> tuple[object, ...]:
+    def train_each(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
         """K tasks run one after the other, each exactly as :meth:`train` runs it (one call
         for several tasks: ``runtime.tasks_per_call``); the results are laid out as
         :meth:`train_many` lays them out."""

@@ -2,7 +2,7 @@
 only how values cross the process boundary (:mod:`fedclock.actors.wire`, :class:`ByReference`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from fedclock.actors.executor import ClientExecutor
 from fedclock.actors.server import Server
@@ -49,7 +49,7 @@ class RayClientExecutor(ClientExecutor):
             self._cached = (value.ref, ray.get(value.ref))
         return self._cached[1]
 
-    def _fetched(self, tasks: tuple[TaskInputs, ...]) -> list[TaskInputs]:
+    def _fetched(self, tasks: Sequence[TaskInputs]) -> list[TaskInputs]:
         """The tasks with their payloads and client states as values."""
         states = _resolve([t.state for t in tasks])
         return [t._replace(payload=self._shared(t.payload), state=s) for t, s in zip(tasks, states)]
@@ -58,11 +58,11 @@ class RayClientExecutor(ClientExecutor):
         upload, state, report = super().train(self._fetched((inputs,))[0])
         return to_wire(upload), to_wire(state), report
 
-    def train_many(self, *tasks: TaskInputs) -> tuple[object, ...]:
-        return _on_wire(super().train_many(*self._fetched(tasks)))
+    def train_many(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
+        return _on_wire(super().train_many(self._fetched(tasks)))
 
-    def train_each(self, *tasks: TaskInputs) -> tuple[object, ...]:
-        return _on_wire(super().train_each(*self._fetched(tasks)))
+    def train_each(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
+        return _on_wire(super().train_each(self._fetched(tasks)))
 
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:
