@@ -10,7 +10,7 @@ on a fresh server (:mod:`fedclock.actors.replay`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskResults, group_results, group_returns
 from fedclock.actors.transport import Transport, actor_id, gathered
@@ -80,7 +80,7 @@ class ActorCalls:
         handles = self.t.call(self.executors[slot], method, sent, num_returns=group_returns(len(group)))
         return group_results(handles, len(group))
 
-    def receive(self, meta: list[tuple[int, int, int, int, int | None]], uploads: list[Any]) -> Any:
+    def receive(self, meta: Sequence[tuple[int, int, int, int, int | None]], uploads: list[Any]) -> Any:
         """Hand arrivals to the server (``receive_parts``): each group's list of uploads goes once,
         whichever of its parts arrive (:func:`~fedclock.actors.transport.gathered`). Returns the
         handle of the server version."""

@@ -46,7 +46,7 @@ class InlineTransport:
     def get(self, handle: Any) -> Any:
         if isinstance(handle, list):
             return [self.get(h) for h in handle]
-        return handle.handle[handle.index] if isinstance(handle, Part) else handle
+        return handle.handle[handle.at] if isinstance(handle, Part) else handle
 
     def put(self, value: Any) -> Any:
         return value
@@ -70,7 +70,7 @@ class RayTransport:
         if isinstance(handle, list):
             return fetched(handle, self._ray.get)
         if isinstance(handle, Part):
-            return self._ray.get(handle.handle)[handle.index]
+            return self._ray.get(handle.handle)[handle.at]
         return self._ray.get(handle)
 
     def put(self, value: Any) -> Any:
@@ -101,14 +101,14 @@ class ByReference(NamedTuple):
 
 
 class Part(NamedTuple):
-    """The handle of element ``index`` of the list that ``handle`` resolves to: one task's
+    """The handle of element ``at`` of the list that ``handle`` resolves to: one task's
     upload or report among the results of its group's call, which returns each kind in one
     object for the whole group (:func:`fedclock.actors.task_io.grouped`) instead of one object
     per task (on Ray, each object costs the driver, the raylet and the receiver a round of
     bookkeeping: ``benchmarks/RESULTS.md``, issue 34)."""
 
     handle: Any
-    index: int
+    at: int
 
 
 def fetched(handles: Sequence[Any], get_many: Callable[[list[Any]], list[Any]]) -> list[Any]:
@@ -119,7 +119,7 @@ def fetched(handles: Sequence[Any], get_many: Callable[[list[Any]], list[Any]]) 
         base = h.handle if isinstance(h, Part) else h
         distinct.setdefault(id(base), base)
     values = dict(zip(distinct, get_many(list(distinct.values()))))
-    return [values[id(h.handle)][h.index] if isinstance(h, Part) else values[id(h)] for h in handles]
+    return [values[id(h.handle)][h.at] if isinstance(h, Part) else values[id(h)] for h in handles]
 
 
 def gathered(handles: Sequence[Any]) -> tuple[list[Any], list[tuple[int, int]]]:
@@ -130,7 +130,7 @@ def gathered(handles: Sequence[Any]) -> tuple[list[Any], list[tuple[int, int]]]:
     where: dict[int, int] = {}
     picks = []
     for h in handles:
-        base, index = (h.handle, h.index) if isinstance(h, Part) else (h, -1)
+        base, index = (h.handle, h.at) if isinstance(h, Part) else (h, -1)
         k = where.setdefault(id(base), len(args))
         if k == len(args):
             args.append(base)
