@@ -52,3 +52,30 @@ def test_server_receive_parts_equals_receive() -> None:
 
     assert Recording().receive_parts([], [(1, 0), (0, -1)], "x", ["y"]) == 7
     assert seen == [("y", "x")]
+
+
+def test_a_group_call_sends_one_list_sharing_one_reference_per_payload() -> None:
+    """``ActorCalls.train_group`` sends the group's tasks as one list argument, and tasks with the
+    same payload handle carry the same ``ByReference`` object (pickled once per call)."""
+    from fedclock.actors.calls import ActorCalls
+    from fedclock.actors.task_io import TaskInputs
+    from fedclock.actors.transport import ByReference
+
+    sent: list[tuple[Any, ...]] = []
+
+    class Recording(InlineTransport):
+        def call(self, actor: Any, method: str, *args: Any, num_returns: int = 1) -> Any:
+            sent.append(args)
+            return grouped([(f"up{k}", None, f"r{k}") for k in range(len(args[0]))])
+
+        def by_reference(self, handle: Any) -> Any:
+            return ByReference(handle)
+
+    one, other = {"w": 1}, {"w": 2}
+    tasks = [TaskInputs(c, 0, p, None, None) for c, p in enumerate([one, one, other, one])]
+    results = ActorCalls(Recording(), None, [object()]).train_group(0, "train_each", tasks)
+    (group,), = sent
+    assert [t.client for t in group] == [0, 1, 2, 3]
+    assert group[0].payload is group[1].payload is group[3].payload and group[0].payload.ref is one
+    assert group[2].payload is not group[0].payload and group[2].payload.ref is other
+    assert [InlineTransport().get(r.upload) for r in results] == ["up0", "up1", "up2", "up3"]
