@@ -34,7 +34,7 @@ from fedclock.algorithms.registry import ALGORITHMS
 from fedclock.scenarios.dataset_specs import DATASET_NAMES
 from fedclock.scenarios.experiment import RunSummary, run_scenario
 from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, physical_cores, plan_jobs,
-                                     run_jobs)
+                                     run_jobs, unslowed_cores)
 from fedclock.scenarios.loader import Override, ScenarioError, Suite, load_suite, parse_suite
 from fedclock.scenarios.plugins import find
 from fedclock.scenarios.results import resolved_dict
@@ -247,7 +247,8 @@ def run_grid(suite: Suite, out: Path | None, jobs: int | str, overwrite: bool = 
     if jobs == "auto":
         first = suite.runs[0].runtime
         local = first.backend != "ray" or first.address is None
-        workers = default_jobs(suite, physical_cores() if local else cluster_cpus(first.address), max(1, todo))
+        cpus = unslowed_cores(physical_cores()) if local else cluster_cpus(first.address)
+        workers = default_jobs(suite, cpus, max(1, todo))
     else:
         workers = max(1, min(int(jobs), max(1, todo)))
     if on_plan is not None:

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import yaml
 
 from fedclock.actors.ray_start import RayStart
+from fedclock.scenarios.grid_workers import asks_for_workers, start_early
 from fedclock.scenarios.scenario_paths import find_scenario
 
 
@@ -102,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     on_ray, address = ray_address(args)
     ray_start = RayStart(address) if on_ray else None
+    if asks_for_workers(args):  # the grid's worker server imports while this process does (scenarios/grid_workers.py)
+        start_early()
     try:
         from fedclock.scenarios import cli
 

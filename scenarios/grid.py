@@ -8,9 +8,19 @@ checkpoints and random draws (every draw derives from the run's seed, see
 :mod:`fedclock.scenarios.loader`), so its tables are the ones it writes alone.
 
 Processes, not threads: the clock and the result writers run in Python in the process that
-runs the run. A worker is started once (``spawn``: it imports PyTorch once) and keeps one
-:class:`~fedclock.actors.runtime.Runtime` for all its jobs, so on the Ray backend its actors
-serve its next run too.
+runs the run. A worker is started once and keeps one :class:`~fedclock.actors.runtime.Runtime`
+and one :class:`~fedclock.scenarios.run_costs.CountedCosts` for all its jobs, so on the Ray
+backend its actors serve its next run too, and the FLOPs of a run's tasks are counted once per
+worker, not once per job (as one after another, :func:`fedclock.scenarios.api.execute`).
+
+Set-up paid once, not once per worker: on Linux the workers are forked from one server
+process that imported PyTorch, pandas and fedclock once and ran no PyTorch operation;
+elsewhere they are spawned (:mod:`fedclock.scenarios.grid_workers`, with the measurements).
+
+Each worker keeps its BLAS and OpenMP thread pools to its share of the CPUs
+(:func:`thread_share`, through threadpoolctl, the maintained library for it) unless the
+environment sets ``OMP_NUM_THREADS``; a run sets PyTorch's own threads
+(``runtime.threads_per_actor``), so N workers never start N times the machine's threads.
 
 On the Ray backend the pool shares one Ray: the calling process starts a local Ray once
 (:func:`fedclock.actors.ray_start.start_ray`; with ``--address``, the cluster's) while the
@@ -20,9 +30,22 @@ side never wait on each other's actors; the actor count never changes a number
 (``runtime`` section of the scenario docs), and the run's resolved file keeps its own setting.
 
 The default number of workers (:func:`default_jobs`) is as many runs as the CPUs hold without
-slowing each: the machine's physical cores (:func:`physical_cores`; a cluster's CPUs) over the CPUs one run uses
-(``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus`` times the executors
-it asks for on Ray, at least one), never more than there are jobs.
+slowing each: half the machine's physical cores (:func:`unslowed_cores`; a cluster's CPUs) over
+the CPUs one run uses (``runtime.threads_per_actor`` inline; an executor's ``runtime.num_cpus``
+times the executors it asks for on Ray, at least one), never more than there are jobs. Physical
+cores, not logical CPUs: two runs on the two hardware threads of one core share its arithmetic
+units, so each runs slower than alone. Half of them, from two measurements
+(``benchmarks/RESULTS.md``, "Grid side by side, third pass"): on 16 cores of one thread, with 8
+workers each run cost the CPU it costs alone (a worker's first job 0.46 s more) and the 16-run
+grid finished 2.80x faster than one after another; with all 16 each run cost 1.2-1.35x (contention
+for what busy cores share) and the 16-run grid finished only 2.16x faster; on 2 cores, 2 workers
+lost to one after another outright (a worker's start-up with no idle core to spend it on).
+
+Each outcome carries its run's own wall and CPU seconds (``cpu_s``: the process time of the
+worker while it ran the job, so the run's own threads; on Ray the actors' CPU is not in it):
+a run slower side by side with the same CPU seconds as alone waited for a CPU
+(oversubscription); one with more CPU seconds did more work or ran slower on a shared core,
+cache or memory bus (``benchmarks/grid.py`` reports both).
 
 A job that fails does not stop the others: each outcome carries its one-line error, and the
 caller names the failed jobs at the end. With ``unfinished`` a job whose folder says
@@ -31,7 +54,6 @@ checkpoint goes on from it; any other starts over in its folder.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue
 import time
@@ -42,6 +64,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fedclock.scenarios.checkpoints import checkpoint_dir
+from fedclock.scenarios.grid_workers import worker_context
 from fedclock.scenarios.runstatus import FINISHED, read_status
 
 from fedclock.actors.runtime import Runtime
@@ -51,13 +74,13 @@ from fedclock.algorithms.base import Algorithm
 from fedclock.scenarios.federation import Federation
 
 from fedclock.scenarios.experiment import RunSummary, run_scenario
+from fedclock.scenarios.run_costs import CountedCosts
 
 if TYPE_CHECKING:
     from fedclock.scenarios.loader import Suite
 
 PROGRESS_EVERY_S = 0.25
 """How often a worker reports a run's progress to the calling process (at most)."""
-
 
 @dataclass(frozen=True)
 class Job:
@@ -80,6 +103,14 @@ class Outcome:
     error: str | None = None
     skipped: bool = False
     """Finished in an earlier invocation (``unfinished``): not run again."""
+    wall_s: float = float("nan")
+    """Wall seconds of the job in its worker (``run_scenario``, from the call to its return)."""
+    cpu_s: float = float("nan")
+    """CPU seconds (user + system) of the worker process while it ran the job: the run's own
+    threads (on Ray the driver's part only)."""
+    worker: int | None = None
+    """The process id of the worker that ran the job (a worker takes jobs in ``plan``'s order,
+    so its first job is its lowest index: the one that pays its first-run set-up)."""
 
 
 def machine_cpus() -> int:
@@ -112,6 +143,12 @@ def physical_cores(allowed: Iterable[int] | None = None, root: Path = Path("/sys
     return max(1, len(cores))
 
 
+def unslowed_cores(physical: int) -> int:
+    """The cores of a machine with ``physical`` physical cores that a local grid fills by
+    default: half of them, at least one (the measurements in the module docstring)."""
+    return max(1, physical // 2)
+
+
 def cluster_cpus(address: str | None) -> float:
     """The CPUs of the Ray cluster at ``address`` (this machine's for a local Ray, which
     takes them all)."""
@@ -136,6 +173,11 @@ def run_cpus(cfg: RuntimeConfig, num_clients: int) -> float:
         return float(cfg.threads_per_actor)
     actors = num_clients if cfg.placement == "dedicated" else (cfg.num_actors or 1)
     return cfg.num_cpus * min(actors, num_clients)
+
+
+def thread_share(cpus: float, workers: int) -> int:
+    """The threads each of ``workers`` side by side may use of ``cpus``: its whole share, at least one."""
+    return max(1, int(cpus // max(1, workers)))
 
 
 def default_jobs(suite: Suite, cpus: float, count: int) -> int:
@@ -193,7 +235,7 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
     if workers == 1:
         _run_here(suite, pending, listener, py_modules)
         return list(plan)
-    context = multiprocessing.get_context("spawn")
+    context = worker_context()
     tasks: Any = context.Queue()
     events: Any = context.Queue()
     first = suite.runs[0].runtime
@@ -211,7 +253,9 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
             address = ray.get_runtime_context().gcs_address
             cpus = float(ray.cluster_resources().get("CPU", cpus))
         share = max(1.0, cpus // workers)
-        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules)),
+        threads = thread_share(cpus, workers)
+        env = dict(os.environ)  # as it is now, after Ray's start (worker_loop)
+        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules), threads, env),
                                  name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
         for p in procs:
             p.start()
@@ -238,13 +282,17 @@ def _run_here(suite: Suite, pending: Sequence[Outcome], listener: GridListener, 
     first = suite.runs[pending[0].job.index]
     runtime = Runtime(first.runtime.backend, first.runtime.address,
                       prestart=(first.runtime, first.population.num_clients), py_modules=py_modules)
+    costs = CountedCosts()
     try:
         for outcome in pending:
             listener.started(outcome.job)
+            outcome.worker = os.getpid()
+            wall, cpu = time.perf_counter(), time.process_time()
             try:
                 outcome.summary = run_scenario(suite.runs[outcome.job.index], runtime, outcome.job.out_dir,
                                                resume=outcome.job.resume, overwrite=outcome.job.overwrite,
-                                               on_progress=partial(listener.progress, outcome.job))
+                                               on_progress=partial(listener.progress, outcome.job), costs=costs)
+                outcome.wall_s, outcome.cpu_s = time.perf_counter() - wall, time.process_time() - cpu
             except Exception as exc:  # reported; the next job runs (Ctrl-C stops them all)
                 outcome.error, detail = describe_failure(exc)
                 if detail:
@@ -280,6 +328,7 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
         outcome = by_index[index]
         if kind == "start":
             held[pid] = index
+            outcome.worker = pid
             listener.started(outcome.job)
         elif kind == "progress":
             listener.progress(outcome.job, *rest)
@@ -287,7 +336,7 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
             held.pop(pid, None)
             left.discard(index)
             if kind == "done":
-                outcome.summary = rest[0]
+                outcome.summary, outcome.wall_s, outcome.cpu_s = rest
             else:
                 outcome.error, detail = rest
                 if detail:
@@ -295,12 +344,25 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
             listener.ended(outcome)
 
 
-def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]) -> None:
+def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str], threads: int = 1,
+                env: dict[str, str] | None = None) -> None:
     """A worker process: run jobs from ``tasks`` until ``None``, reporting to ``events``
-    (``start``, ``progress``, then ``done`` with the summary or ``failed`` with the error)."""
+    (``start``, ``progress``, then ``done`` with the summary, wall and CPU seconds, or
+    ``failed`` with the error). ``threads``: its share of the CPUs (:func:`thread_share`).
+    ``env``: the calling process's environment when it started the workers, which a worker
+    forked from a forkserver (started earlier) takes on, as a spawned one would have it: a
+    local Ray sets its authentication mode there as it starts, and a worker joins with it."""
+    if env is not None:
+        for key in set(os.environ) - set(env):
+            del os.environ[key]
+        os.environ.update(env)
     import torch
 
     torch.set_num_threads(1)  # each run sets its own (runtime.threads_per_actor)
+    if "OMP_NUM_THREADS" not in os.environ:  # the user's setting wins
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)  # the BLAS and OpenMP pools loaded (with PyTorch and NumPy): the worker's share
     if suite.runs[0].runtime.backend == "ray" and suite.runs[0].runtime.address is None:
         # the calling process's local Ray listens on loopback only: join it there (actors/ray_start.py)
         from fedclock.actors.ray_start import LOCAL_ONLY_VARIABLE
@@ -308,6 +370,7 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
         os.environ[LOCAL_ONLY_VARIABLE] = "0"
     pid = os.getpid()
     runtime: SharedRuntime | None = None
+    costs = CountedCosts()  # counted once per worker, shared by its jobs (fedclock.scenarios.run_costs)
     try:
         while True:
             item = tasks.get()
@@ -318,21 +381,22 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
                 first = suite.runs[0].runtime
                 runtime = SharedRuntime(first.backend, address, share, py_modules)
             events.put(("start", pid, job.index))
+            wall, cpu = time.perf_counter(), time.process_time()
             try:
-                summary = _run_job(suite, job, runtime, events, pid)
+                summary = _run_job(suite, job, runtime, events, pid, costs)
             except KeyboardInterrupt:
                 events.put(("failed", pid, job.index, "interrupted", ""))
                 return
             except BaseException as exc:  # reported, and the worker takes the next job
                 events.put(("failed", pid, job.index, *describe_failure(exc)))
             else:
-                events.put(("done", pid, job.index, summary))
+                events.put(("done", pid, job.index, summary, time.perf_counter() - wall, time.process_time() - cpu))
     finally:
         if runtime is not None:
             runtime.close()
 
 
-def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int) -> RunSummary:
+def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int, costs: CountedCosts) -> RunSummary:
     last = [0.0]
 
     def progress(now: float, version: int, in_flight: int, accuracy: float | None) -> None:
@@ -341,7 +405,7 @@ def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int) ->
             events.put(("progress", pid, job.index, now, version, in_flight, accuracy))
 
     return run_scenario(suite.runs[job.index], runtime, job.out_dir, on_progress=progress, resume=job.resume,
-                        overwrite=job.overwrite)
+                        overwrite=job.overwrite, costs=costs)
 
 
 def describe_failure(exc: BaseException) -> tuple[str, str]:

@@ -3,14 +3,17 @@ side in worker processes (:mod:`fedclock.scenarios.grid`)."""
 from __future__ import annotations
 
 import json
+import queue
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from fedclock.scenarios.api import run
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.grid import default_jobs, physical_cores
+from fedclock.scenarios.grid import (GridListener, Job, Outcome, _collect, default_jobs, physical_cores, thread_share,
+                                     unslowed_cores)
 from fedclock.scenarios.loader import parse_suite
 
 FILE = """\
@@ -49,10 +52,11 @@ def test_grid_side_by_side_equals_sequential_names_failures_and_reruns_only_unfi
     """Four jobs (two runs x two seeds) in two worker processes give
     each job's tables bit for bit as one after another; one job that fails (its folder holds
     a stranger's file) leaves the others to finish, is named at the end with exit status 1,
-    and ``unfinished`` (here through the Python API) runs that job alone. About 60 s on the shared
-    2-core box at load ~7 (two spawned worker processes import PyTorch and set up their first
-    run; it replaces the earlier test of seeds in processes, which started four and was marked
-    slow); the rerun of one job runs in this process."""
+    and ``unfinished`` (here through the Python API) runs that job alone. About 40 s on the shared
+    2-core box at load ~7 (a forkserver imports PyTorch once, two workers forked from it set up
+    their first run; it replaces the earlier test of seeds in processes, which started four and
+    was marked slow); the rerun of one job runs in this process. Each worker runs two jobs on
+    one set of counted costs, as one after another does."""
     path = tmp_path / "g.yaml"
     path.write_text(FILE, encoding="utf-8")
     seq, par = tmp_path / "seq", tmp_path / "par"
@@ -102,6 +106,10 @@ def test_physical_cores_count_the_threads_of_one_core_once(tmp_path: Path) -> No
     assert physical_cores([0, 1, 5], tmp_path) == 3
 
 
+def test_a_local_grid_fills_half_the_physical_cores() -> None:
+    assert [unslowed_cores(n) for n in (1, 2, 3, 16, 17)] == [1, 1, 1, 8, 8]
+
+
 def test_default_jobs_are_the_cpus_over_what_one_run_uses() -> None:
     base = {"name": "d", "dataset": {"name": "digits"}, "model": {"name": "mlp"}, "population": {"num_clients": 3},
             "stop": {"rounds": 1}, "algorithm": {"name": "fedavg"}, "seeds": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}
@@ -112,3 +120,30 @@ def test_default_jobs_are_the_cpus_over_what_one_run_uses() -> None:
     assert default_jobs(parse_suite(base, "d"), 16, 20) == 16  # num_actors unset: one executor each
     dedicated = parse_suite({**base, "runtime": {"placement": "dedicated"}}, "d")
     assert default_jobs(dedicated, 16, 20) == 5  # 3 clients, an executor each
+
+
+def test_each_worker_gets_its_whole_share_of_the_cpus_as_threads() -> None:
+    """16 CPUs: 8 workers 2 threads each, 5 workers 3 (15 of 16), 16 or more workers one each;
+    never none (2 CPUs, 4 workers)."""
+    assert thread_share(16, 8) == 2 and thread_share(16, 5) == 3 and thread_share(16, 16) == 1
+    assert thread_share(16, 32) == 1 and thread_share(2, 4) == 1 and thread_share(12.0, 4) == 3
+
+
+def test_an_outcome_carries_its_runs_own_wall_and_cpu_seconds_from_the_worker(tmp_path: Path) -> None:
+    """A worker's ``done`` event (summary, wall s, CPU s) fills the job's outcome; its ``start``
+    names the worker."""
+    pending = [Outcome(Job(0, "a seed 4", tmp_path / "a")), Outcome(Job(1, "b seed 4", tmp_path / "b"))]
+    events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    for event in [("start", 7, 0), ("start", 8, 1), ("done", 7, 0, None, 2.5, 1.25),
+                  ("failed", 8, 1, "b: broken", "")]:
+        events.put(event)
+    ended: list[Outcome] = []
+
+    class Heard(GridListener):
+        def ended(self, outcome: Outcome) -> None:
+            ended.append(outcome)
+
+    _collect(pending, [], events, Heard())
+    assert (pending[0].wall_s, pending[0].cpu_s, pending[0].error, pending[0].worker) == (2.5, 1.25, None, 7)
+    assert pending[1].error == "b: broken" and pending[1].cpu_s != pending[1].cpu_s  # failed: nan
+    assert [o.job.index for o in ended] == [0, 1]

@@ -1,0 +1,73 @@
+"""How the worker processes of a grid side by side start (:mod:`fedclock.scenarios.grid`),
+without importing PyTorch here, so that the console script can start them first.
+
+Measured on the 2-core box (``benchmarks/RESULTS.md``, "Grid side by side, third pass"): a
+fresh process pays about 7 CPU seconds before its first run does any work: importing PyTorch,
+pandas and fedclock, and PyTorch's own lazy import of ``torch._dynamo`` at a process's first
+forward pass of an ``nn.Flatten`` or first optimizer step (about 2 CPU s of it). One after
+another that is paid once; a ``spawn``-ed worker pays it again, inside its first run, so each
+run side by side was slower than alone and the grid used several times the CPU. On Linux the
+workers are therefore forked from one ``forkserver`` process (Python's ``multiprocessing``)
+that imported those modules once (:data:`PRELOAD`). Importing runs no PyTorch operation, so
+no OpenMP or BLAS thread pool has done work when the server forks (the hazard of forking a
+process that used them); the server is a fresh interpreter, not a copy of the calling
+process, so a Ray client or open files of the caller are not in it. Elsewhere (macOS, where
+forking a process that loaded Apple's frameworks is unsafe; Windows, which cannot fork) the
+workers are ``spawn``-ed and each imports on its own.
+
+The calling process imports PyTorch too (to read the file and write the summary). The console
+script (:mod:`fedclock.scenarios.entry`) starts the server before that (:func:`start_early`)
+when its command line asks for workers (:func:`asks_for_workers`), so that the two imports run
+at once on two cores instead of one after the other. A start that the grid does not use (a
+file with one job left) costs the server's imports on an otherwise idle core, never a result.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import sys
+from typing import Sequence
+
+PRELOAD = ("fedclock.scenarios.grid", "pandas", "torch._dynamo")
+"""What the forkserver imports once for every worker: the grid (PyTorch, NumPy, pyarrow,
+pydantic and the fedclock modules a run uses), pandas (the result writers import it lazily)
+and ``torch._dynamo``, which PyTorch imports lazily at a process's first call of a function
+it marks not to compile (``nn.Flatten.forward``, the optimizers' steps)."""
+
+
+def forks_workers() -> bool:
+    """Whether workers are forked from a preloaded server here (Linux) rather than spawned."""
+    return sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def worker_context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
+    """The context the grid starts its workers with (module docstring)."""
+    if forks_workers():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(PRELOAD))
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def asks_for_workers(argv: Sequence[str]) -> bool:
+    """Whether ``fedclock ARGV`` is a ``run`` with ``--jobs`` other than 1 (``auto`` or a
+    number), read without argparse, which would print its own usage for a line it cannot parse."""
+    args = list(argv)
+    if not args or args[0] != "run" or any(a == "--resume" or a.startswith("--resume=") for a in args):
+        return False
+    for i, arg in enumerate(args):
+        if arg == "--jobs" and i + 1 < len(args):
+            return args[i + 1] != "1"
+        if arg.startswith("--jobs="):
+            return arg.partition("=")[2] != "1"
+    return False
+
+
+def start_early() -> None:
+    """Start the forkserver now (it imports :data:`PRELOAD` while the caller goes on); nothing
+    where workers are spawned."""
+    if forks_workers():
+        worker_context()
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
