@@ -63,14 +63,15 @@ applied, its wall time and the CPU milliseconds per task of the process tree by 
 against the inline one, training phase and whole process (issue 34's targets: MLP within
 1.2x, CNN5 within 1.05x). ``--inline-threads 1`` gives the inline backend one PyTorch thread
 like each Ray executor (on a loaded machine its default, one per core, waits on descheduled
-threads at every operation); ``--vectorize 1`` leaves out the vectorized runs. A whole default run (both workloads, Flower included)
-takes about five minutes on an idle 2-core machine (the figures of issue 19 add up to 4.5-5
-minutes) and took 16 minutes at load average 10-29.
+threads at every operation); ``--vectorize 1`` leaves out the vectorized runs.
+A whole default run (both workloads, Flower included) takes about five minutes on an idle
+2-core machine (the figures of issue 19 add up to 4.5-5 minutes) and took 16 minutes at load
+average 10-29.
 
     python benchmarks/e2e.py [--workloads mlp,cnn5] [--flower-python PATH] [--repeats 1]
                              [--skip-plain] [--skip-fedclock] [--backends ray,inline] [--vectorize 32]
                              [--keep DIR] [--out FILE] [--inline-threads 1]
-    python benchmarks/e2e.py --workloads mlp,cnn5 --skip-plain --vectorize 1 --inline-threads 1   # issue 34
+    python benchmarks/e2e.py --workloads mlp,cnn5 --skip-plain --vectorize 1 --inline-threads 1
     python benchmarks/e2e.py --workloads cifar_cnn5,cifar_resnet --device cuda --gpu-actors 4 --vectorize 50
     python benchmarks/e2e.py --workloads cifar_cnn5 --ray-executors 1,2,4,8,16 --rounds 2 --test-images 2000
 """
