@@ -1,9 +1,9 @@
 """The server: holds the global state and runs the algorithm's server hooks."""
 from __future__ import annotations
 
-import torch
-
 from typing import Any
+
+import torch
 
 from fedclock.actors.transport import picked
 from fedclock.algorithms.base import Algorithm, Arrival, Failure, ServerState, Tensors
