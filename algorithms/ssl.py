@@ -160,16 +160,34 @@ class Augment:
             self.pipeline = v2.Compose(ops)
 
     def __call__(self, x: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
-        """One augmented view of every image in ``x``, seeded by one draw from ``rng``."""
+        """One augmented view of every image in ``x``, seeded by one draw from ``rng``.
+
+        On the meta device (a counted task, :mod:`fedclock.algorithms.flop_count`) the view is
+        an empty meta tensor of the batch's shape and dtype, the seed drawn all the same: every
+        operation of the pipeline (crops resized by interpolation, flips, colour arithmetic,
+        the min-max map) keeps the shape and is element-wise work, which the FLOP counter does
+        not count, on data that needs no gradient, so autograd saves none of it. Run image by
+        image on meta tensors it took most of a counted self-supervised task's time; the
+        counted FLOPs and memory are the same either way (tests/algorithms/test_ssl.py)."""
         seed = int(torch.randint(0, 2**62, (1,), generator=rng))
         if self.pipeline is None or x.dim() != 4:
+            return x
+        if x.is_meta:
+            return torch.empty_like(x)
+        return self.apply(x, seed)
+
+    def apply(self, x: torch.Tensor, seed: int) -> torch.Tensor:
+        """The pipeline on every image of the batch ``x`` (N, C, H, W), its draws seeded by
+        ``seed`` (``x`` itself for flat inputs, which have no pipeline)."""
+        pipeline = self.pipeline
+        if pipeline is None:
             return x
         lo = x.amin(dim=(1, 2, 3), keepdim=True)
         span = (x.amax(dim=(1, 2, 3), keepdim=True) - lo).clamp_min(1e-6)
         unit = (x - lo) / span
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            out = torch.stack([self.pipeline(img) for img in unit])
+            out = torch.stack([pipeline(img) for img in unit])
         return out * span + lo
 
 

@@ -135,3 +135,32 @@ def test_linear_probe_on_a_separable_toy_set() -> None:
     bad = linear_probe(lambda t: t, x[:90], y[perm][:90], x[90:], y[perm][90:], 3, None,
                        torch.Generator().manual_seed(1), epochs=15, lr=0.1)
     assert bad.accuracy < 0.7
+
+
+
+@pytest.mark.parametrize("name, objective, factory, samples", [
+    ("fedavg", "simclr", ModelFactory("conv_gn", (3, 8, 8), 10), 10),
+    ("fedstyle", "simsiam", ModelFactory("mlp", (1, 8, 8), 10, (8,)), 4)], ids=["three-channels", "one-channel"])
+def test_a_counted_task_is_the_same_without_running_the_augmentations(monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                      objective: str, factory: ModelFactory,
+                                                                      samples: int) -> None:
+    """On meta tensors :class:`Augment` gives an empty view of the batch's shape instead of
+    running its pipeline image by image: the counted FLOPs, activations and messages of a
+    task (FedAvg's two steps, FedStyle's steady task) are those of a count that runs the
+    pipeline (three channels: crop, flip, colour jitter, grayscale; one channel: crop, flip,
+    brightness and contrast). About 3 s: the reference count must run the pipeline image by
+    image on meta tensors, which is the cost the shortcut removes."""
+    from fedclock.algorithms.flop_count import count_task
+    from fedclock.algorithms.registry import get_algorithm
+
+    cls = get_algorithm(name)
+    params = {"fedavg": {"local_steps": 2}, "fedstyle": {"style_epochs": 1}}[name]
+    alg = cls(cls.Params(objective=objective, batch_size=4, **params), factory)
+    steps = 2 if alg.partial_work else None
+    shortcut = count_task(alg, samples, steps, steady=not alg.partial_work)
+
+    def run_pipeline(self: Augment, x: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+        return self.apply(x, int(torch.randint(0, 2**62, (1,), generator=rng))) if x.dim() == 4 else x
+
+    monkeypatch.setattr(Augment, "__call__", run_pipeline)
+    assert count_task(alg, samples, steps, steady=not alg.partial_work) == shortcut

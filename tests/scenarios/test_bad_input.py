@@ -11,9 +11,7 @@ are derandomized so CI is stable. To explore, set ``FEDCLOCK_FUZZ_SEED`` (random
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import math
 import os
 import tempfile
@@ -30,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from fedclock.scenarios.cli import main
 from fedclock.scenarios.loader import parse_suite
+from tests.scenarios.one_line import assert_one_line, run_cli
 
 _SEED = os.environ.get("FEDCLOCK_FUZZ_SEED")
 FUZZ = settings(max_examples=int(os.environ.get("FEDCLOCK_FUZZ_EXAMPLES", "200")), deadline=None,
@@ -108,10 +106,8 @@ def validate_text(text: str | bytes, overrides: tuple[str, ...] = ()) -> Outcome
         path.write_bytes(text)
     else:
         path.write_text(text, encoding="utf-8")
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["validate", str(path), *[f"--set={o}" for o in overrides]])
-    return Outcome(code, err.getvalue(), path)
+    code, err = run_cli(["validate", str(path), *[f"--set={o}" for o in overrides]])
+    return Outcome(code, err, path)
 
 
 def validate_data(data: Any) -> Outcome:
@@ -119,13 +115,8 @@ def validate_data(data: Any) -> Outcome:
 
 
 def assert_one_line_error(outcome: Outcome, *names: str) -> None:
-    err = outcome.err
-    assert outcome.code == 2, f"exit {outcome.code}, stderr {err!r}"
-    assert "Traceback" not in err
-    assert err.startswith("fedclock: error: ") and err.endswith("\n"), err
-    assert len(err.splitlines()) == 1, f"not one line: {err!r}"
-    for name in names:
-        assert name in outcome.message, f"{name!r} not named in {outcome.message!r}"
+    """The outcome is a one-line error naming ``names`` (:func:`tests.scenarios.one_line.assert_one_line`)."""
+    assert_one_line(outcome.code, outcome.err, *names)
 
 
 # --------------------------------------------------------------------------- the fields, from the models
@@ -567,18 +558,15 @@ def test_a_filesystem_fault_is_one_line_and_damages_nothing(nth: int, code: str,
     path, out = _DIR / "fs.yaml", _DIR / "fs-out"
     path.write_text(_FS_RUN)
     shutil.rmtree(out, ignore_errors=True)
-    err = io.StringIO()
     setattr(owner, attr, failing)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-            status = main(["run", str(path), "--out", str(out), "--quiet"])
+        status, text = run_cli(["run", str(path), "--out", str(out), "--quiet"])
     finally:
         setattr(owner, attr, original)
     if calls[0] < nth:  # the run made fewer such calls: it finished
-        assert status == 0, err.getvalue()
+        assert status == 0, text
         return
-    text = err.getvalue()
-    assert status == 1 and text.startswith("fedclock: error: cannot write ") and text.count("\n") == 1, text
-    assert "Traceback" not in text and (f"--resume {out}" in text or "--overwrite" in text)
+    assert_one_line(status, text, status=1, prefix="fedclock: error: cannot write ")
+    assert f"--resume {out}" in text or "--overwrite" in text
     for table in out.glob("*.parquet"):
         pq.read_table(table)

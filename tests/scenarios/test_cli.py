@@ -9,6 +9,7 @@ import pytest
 from fedclock.algorithms.registry import algorithm_names
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.dataset_specs import DATASET_NAMES
+from tests.scenarios.one_line import assert_one_line, one_line_error, run_cli
 
 GOOD = """\
 name: ok
@@ -49,43 +50,33 @@ MALFORMED = [
 ]
 
 
-def _validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def _validate(tmp_path: Path, text: str) -> tuple[int, str]:
     path = tmp_path / "s.yaml"
     path.write_text(text, encoding="utf-8")
-    code = main(["validate", str(path)])
-    return code, capsys.readouterr().err
+    return run_cli(["validate", str(path)])
 
 
-def test_good_file_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = _validate(tmp_path, GOOD, capsys)
+def test_good_file_validates(tmp_path: Path) -> None:
+    code, err = _validate(tmp_path, GOOD)
     assert code == 0 and err == ""
 
 
 @pytest.mark.parametrize("text, expected", MALFORMED)
-def test_malformed_file_gives_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
-                                             expected: str) -> None:
-    code, err = _validate(tmp_path, text, capsys)
-    assert code == 2
-    assert err.startswith("fedclock: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert expected in err, err
+def test_malformed_file_gives_one_line_error(tmp_path: Path, text: str, expected: str) -> None:
+    assert_one_line(*_validate(tmp_path, text), expected)
 
 
-def test_bad_override_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_override_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(GOOD, encoding="utf-8")
-    assert main(["validate", str(path), "--set", "population.devices.compute=-3"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "population.devices.compute" in err
+    one_line_error(["validate", str(path), "--set", "population.devices.compute=-3"], "population.devices.compute")
 
 
-def test_missing_dataset_names_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_dataset_names_the_folder(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(GOOD.replace("{name: digits}", f"{{name: mnist, root: {tmp_path / 'nodata'}}}"), encoding="utf-8")
-    code = main(["run", str(path), "--backend", "inline", "--quiet", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert str(tmp_path / "nodata") in err and "download" in err
+    one_line_error(["run", str(path), "--backend", "inline", "--quiet", "--out", str(tmp_path / "out")],
+                   str(tmp_path / "nodata"), "download")
 
 
 def test_lists(capsys: pytest.CaptureFixture[str]) -> None:
@@ -118,12 +109,11 @@ def test_quickstart_runs_and_sync_fedavg_reaches_085(tmp_path: Path, capsys: pyt
     assert main(["validate", str(out / "fedavg-sync" / "scenario.resolved.yaml")]) == 0
 
 
-def test_partial_work_rejected_for_multi_phase_algorithm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_partial_work_rejected_for_multi_phase_algorithm(tmp_path: Path) -> None:
     text = GOOD.replace("{name: fedavg}", "{name: fedpac}").replace(
         "population: {num_clients: 3}", "population: {num_clients: 3, completeness: {type: fraction, value: 0.5}}")
-    code, err = _validate(tmp_path, text, capsys)
-    assert code == 2 and err.count("\n") == 1
-    assert "population.completeness.type: algorithm 'fedpac' always runs its full local work (allowed: full" in err
+    assert_one_line(*_validate(tmp_path, text),
+                    "population.completeness.type: algorithm 'fedpac' always runs its full local work (allowed: full")
 
 
 def test_list_scenarios_shows_reproduces(tmp_path: Path, capsys: pytest.CaptureFixture[str],

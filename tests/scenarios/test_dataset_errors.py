@@ -10,26 +10,22 @@ import numpy as np
 import pytest
 import yaml
 
-from fedclock.scenarios.cli import main
 from fedclock.scenarios.datasets import DatasetError, load_dataset
 from fedclock.scenarios.schema import DatasetConfig
 from tests.scenarios.test_datasets import MNIST_NAMES, _write_cifar, _write_mnist_like
+from tests.scenarios.one_line import one_line_error
 
 
-def _run_cli(tmp_path: Path, dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> str:
+def _run_cli(tmp_path: Path, dataset: dict[str, Any]) -> str:
     scenario = {"name": "broken", "dataset": dataset, "population": {"num_clients": 2},
                 "algorithm": {"name": "fedavg"}, "stop": {"rounds": 1}, "runtime": {"backend": "inline"}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    code = main(["run", str(path), "--quiet", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith("fedclock: error: ") and len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
+    return one_line_error(["run", str(path), "--quiet", "--out", str(tmp_path / "out")])
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bad_gzip", "garbage"])
-def test_cli_names_the_broken_mnist_file(tmp_path: Path, damage: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_names_the_broken_mnist_file(tmp_path: Path, damage: str) -> None:
     raw = tmp_path / "data" / "MNIST" / "raw"
     _write_mnist_like(raw, MNIST_NAMES, 12, 6, 10)
     gz = raw / "train-labels-idx1-ubyte.gz"
@@ -43,15 +39,15 @@ def test_cli_names_the_broken_mnist_file(tmp_path: Path, damage: str, capsys: py
         gz.unlink()
         (raw / "train-labels-idx1-ubyte").write_bytes(b"this is not an IDX file")
         named = str(raw / "train-labels-idx1-ubyte")
-    err = _run_cli(tmp_path, {"name": "mnist", "root": str(tmp_path / "data")}, capsys)
+    err = _run_cli(tmp_path, {"name": "mnist", "root": str(tmp_path / "data")})
     assert f"{named} is truncated or corrupt" in err
 
 
-def test_cli_names_the_broken_cifar_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_names_the_broken_cifar_file(tmp_path: Path) -> None:
     base = tmp_path / "data" / "cifar-100-python"
     _write_cifar(base, {"train": 8, "test": 4}, "fine_labels", 100)
     (base / "train").write_bytes((base / "train").read_bytes()[:-50])
-    err = _run_cli(tmp_path, {"name": "cifar100", "root": str(tmp_path / "data")}, capsys)
+    err = _run_cli(tmp_path, {"name": "cifar100", "root": str(tmp_path / "data")})
     assert f"{base / 'train'} is truncated or corrupt" in err
 
 

@@ -18,6 +18,7 @@ from fedclock.scenarios.datasets import DatasetError
 from fedclock.scenarios.federation import build_federation
 from fedclock.scenarios.leaf import LEAF_LETTERS
 from fedclock.scenarios.schema import DatasetConfig
+from tests.scenarios.one_line import one_line_error
 
 
 def _image(value: float) -> list[float]:
@@ -129,7 +130,7 @@ def _damage(root: Path, how: str) -> tuple[Path, str]:
 
 
 @pytest.mark.parametrize("how", ["not_json", "missing_key", "count", "pixels", "label", "no_test"])
-def test_a_malformed_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_a_malformed_file_is_one_line_naming_it(tmp_path: Path, how: str) -> None:
     root = tmp_path / "leaf"
     _femnist_files(root)
     path, message = _damage(root, how)
@@ -139,10 +140,7 @@ def test_a_malformed_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.C
                 "stop": {"rounds": 1}, "runtime": {"backend": "inline"}}
     file = tmp_path / "s.yaml"
     file.write_text(yaml.safe_dump(scenario))
-    assert main(["run", str(file), "--quiet", "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert str(path) in err and message in err, err
+    one_line_error(["run", str(file), "--quiet", "--out", str(tmp_path / "out")], str(path), message)
 
 
 def test_an_unknown_character_names_the_file(tmp_path: Path) -> None:

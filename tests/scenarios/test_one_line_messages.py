@@ -20,20 +20,13 @@ import torch
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.runstatus import read_status
 from tests.scenarios.test_checkpoints import KILLED, _assert_same
+from tests.scenarios.one_line import one_line_error
 
 BASE = ("name: p\ndataset: {name: digits}\nmodel: {name: mlp, hidden: [8]}\npopulation: {num_clients: 3}\n"
         "algorithm: {name: fedavg}\nstop: {rounds: 1}\nmode: {type: sync}\nruntime: {backend: inline}\n"
         "output: {progress: false}\n")
 SHORT = KILLED.replace("stop: {versions: 300}", "stop: {versions: 12}").replace(
     "checkpoint_every: 20", "checkpoint_every: 4").replace("evaluation: {every: 10", "evaluation: {every: 4")
-
-
-def _one_line(capsys: pytest.CaptureFixture[str], *names: str, prefix: str = "fedclock: error: ") -> str:
-    err = capsys.readouterr().err
-    assert err.startswith(prefix) and err.count("\n") == 1 and "Traceback" not in err, err
-    for name in names:
-        assert name in err, err
-    return err
 
 
 @pytest.mark.parametrize("override, names", [
@@ -48,19 +41,17 @@ def _one_line(capsys: pytest.CaptureFixture[str], *names: str, prefix: str = "fe
                                                                 "not a regular file"]),
 ], ids=["dotdot", "bool-int", "bool-float", "builtin-algorithm", "builtin-model", "class-model",
         "builtin-function-model", "dev-zero"])
-def test_validate_gives_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str,
+def test_validate_gives_one_line(tmp_path: Path, override: str,
                                  names: list[str]) -> None:
     file = tmp_path / "p.yaml"
     file.write_text(BASE)
-    assert main(["validate", str(file), "--set", override]) == 2
-    _one_line(capsys, *names)
+    one_line_error(["validate", str(file), "--set", override], *names)
 
 
-def test_a_suite_named_dotdot_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_suite_named_dotdot_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "p.yaml"
     file.write_text(BASE.replace("name: p", "name: '..'") + "runs: [{name: a}, {name: b}]\n")
-    assert main(["validate", str(file)]) == 2
-    _one_line(capsys, "name:", "results folder")
+    one_line_error(["validate", str(file)], "name:", "results folder")
 
 
 @pytest.mark.parametrize("override, names", [
@@ -68,17 +59,16 @@ def test_a_suite_named_dotdot_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     ("runtime.device=cuda", ["runtime.device: cuda", "no GPU"]),
     ("model.name=builtins:dict", ["model.name: builtins:dict is the class dict, not an nn.Module subclass"]),
 ], ids=["deadline", "cuda", "builtin-model"])
-def test_run_gives_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+def test_run_gives_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             override: str, names: list[str]) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     file = tmp_path / "p.yaml"
     file.write_text(BASE)
-    assert main(["run", str(file), "--quiet", "--out", str(tmp_path / "out"), "--set", override]) == 2
-    _one_line(capsys, *names)
+    one_line_error(["run", str(file), "--quiet", "--out", str(tmp_path / "out"), "--set", override], *names)
 
 
 @pytest.mark.parametrize("fault", ["enospc", "erofs", "arrow-enospc"])
-def test_a_full_or_read_only_disk_is_one_line_and_resumable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_a_full_or_read_only_disk_is_one_line_and_resumable(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     """The third table write after the first checkpoint fails as a full (or read-only) disk
     makes it fail: one line naming the file and ``--resume``; every file written before still
@@ -98,10 +88,8 @@ def test_a_full_or_read_only_disk_is_one_line_and_resumable(tmp_path: Path, caps
         return original(table, where, *args, **kwargs)
 
     monkeypatch.setattr(pq, "write_table", failing)
-    capsys.readouterr()
-    assert main(["run", str(file), "--out", str(out), "--quiet"]) == 1
+    err = one_line_error(["run", str(file), "--out", str(out), "--quiet"], "cannot write", f"--resume {out}", status=1)
     monkeypatch.undo()
-    err = _one_line(capsys, "cannot write", f"--resume {out}")
     assert ("read-only" if fault == "erofs" else "no space left") in err and ".parquet" in err
     for table in out.glob("*.parquet"):
         pq.read_table(table)  # intact
@@ -143,8 +131,8 @@ def test_validate_no_import_runs_none_of_the_files_code(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     assert "not imported, so unchecked: algorithm.name sneaky:Mine" in out
     assert not (tmp_path / "ran.txt").exists()
-    assert main(["validate", str(file), "--no-import", "--set", "population.num_clients=0"]) == 2
-    _one_line(capsys, "population.num_clients")
+    one_line_error(["validate", str(file), "--no-import", "--set", "population.num_clients=0"],
+                   "population.num_clients")
     assert main(["validate", str(file)]) == 0
     assert (tmp_path / "ran.txt").exists()
 

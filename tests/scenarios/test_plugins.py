@@ -23,6 +23,7 @@ from fedclock.scenarios.cli import main
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import load_suite, parse_suite
 from fedclock.scenarios.plugins import import_module
+from tests.scenarios.one_line import one_line_error
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -76,15 +77,7 @@ def _scenario_dir(tmp_path: Path, tag: str, text: str = SCENARIO, algos: str = U
     return file
 
 
-def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err
-
-
-def test_a_users_algorithm_beside_the_file_is_validated_and_runs(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_users_algorithm_beside_the_file_is_validated_and_runs(tmp_path: Path) -> None:
     file = _scenario_dir(tmp_path, "beside")
     assert main(["validate", str(file)]) == 0
     (run_,) = load_suite(file).runs
@@ -111,20 +104,18 @@ def test_a_users_algorithm_beside_the_file_is_validated_and_runs(tmp_path: Path,
                                                        "params, model_factory"),
 ], ids=["module", "attribute", "not-algorithm", "params", "params-typo", "syntax", "model-not-callable",
         "unknown-model", "dataset-arguments"])
-def test_a_bad_reference_is_one_line_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       edit: dict[str, str], message: str) -> None:
+def test_a_bad_reference_is_one_line_naming_the_field(tmp_path: Path, edit: dict[str, str], message: str) -> None:
     tag = f"bad{abs(hash(message)) % 10**6}"
     text = SCENARIO
     for section, value in edit.items():
         text = "\n".join(f"{section}: {value}" if line.startswith(f"{section}:") else line
                          for line in text.splitlines()) + "\n"
     file = _scenario_dir(tmp_path, tag, text.replace("TAG", tag))
-    err = _one_line_error(capsys, ["validate", str(file)])
+    err = one_line_error(["validate", str(file)])
     assert f"fedclock: error: {file}: {message.replace('TAG', tag)}" in err
 
 
-def test_a_model_without_body_and_head_is_one_line_at_run_time(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_without_body_and_head_is_one_line_at_run_time(tmp_path: Path) -> None:
     (tmp_path / "flat_models.py").write_text(textwrap.dedent("""
         from torch import nn
 
@@ -137,7 +128,7 @@ def test_a_model_without_body_and_head_is_one_line_at_run_time(tmp_path: Path,
                 return self.layer(x.flatten(1))
         """))
     file = _scenario_dir(tmp_path, "bare", SCENARIO.replace("{name: mlp, hidden: [8]}", '{name: "flat_models:Bare"}'))
-    err = _one_line_error(capsys, ["run", str(file), "--out", str(tmp_path / "out"), "--quiet"])
+    err = one_line_error(["run", str(file), "--out", str(tmp_path / "out"), "--quiet"])
     assert "model.name: flat_models:Bare returned a Bare without .body and .head modules" in err
 
 

@@ -17,20 +17,13 @@ from fedclock.scenarios.checkpoints import checkpoint_dir, write_checkpoint
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.runstatus import STATUS_FILE, FolderInUse, RunStatus, read_status, write_status
 from tests.scenarios.test_checkpoints import KILLED, _checkpoint
+from tests.scenarios.one_line import one_line_error
 
 SHORT = KILLED.replace("stop: {versions: 300}", "stop: {versions: 12}").replace(
     "checkpoint_every: 20", "checkpoint_every: 2").replace("evaluation: {every: 10", "evaluation: {every: 4")
 
 
-def _one_line_error(capsys: pytest.CaptureFixture[str], *names: str) -> str:
-    err = capsys.readouterr().err
-    assert err.startswith("fedclock: error: ") and err.count("\n") == 1, err
-    for name in names:
-        assert name in err, err
-    return err
-
-
-def test_a_rerun_into_an_old_folder_loses_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_rerun_into_an_old_folder_loses_nothing(tmp_path: Path) -> None:
     """The old run (12 versions, per-client metrics, checkpoints 10 and 12) and a new one (6
     versions) into the same folder: refused without --overwrite (the old files untouched);
     with it, no file of the old run is left and the new run's checkpoints 4 and 6 are kept
@@ -40,11 +33,9 @@ def test_a_rerun_into_an_old_folder_loses_nothing(tmp_path: Path, capsys: pytest
     assert main(["run", str(file), "--out", str(out), "--quiet"]) == 0
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     assert (out / "client_metrics.parquet").is_file()
-    capsys.readouterr()
     new = tmp_path / "new.yaml"
     new.write_text(SHORT.replace("stop: {versions: 12}", "stop: {versions: 6}"))
-    assert main(["run", str(new), "--out", str(out), "--quiet"]) == 2
-    _one_line_error(capsys, str(out), "finished run", "--overwrite", "--resume")
+    one_line_error(["run", str(new), "--out", str(out), "--quiet"], str(out), "finished run", "--overwrite", "--resume")
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
     assert main(["run", str(new), "--out", str(out), "--quiet", "--overwrite"]) == 0
     assert not (out / "client_metrics.parquet").exists()
@@ -52,13 +43,12 @@ def test_a_rerun_into_an_old_folder_loses_nothing(tmp_path: Path, capsys: pytest
     assert pd.read_parquet(out / "metrics.parquet").version.max() == 6
 
 
-def test_a_folder_that_is_not_a_run_is_never_emptied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_that_is_not_a_run_is_never_emptied(tmp_path: Path) -> None:
     file, out = tmp_path / "run.yaml", tmp_path / "mine"
     file.write_text(SHORT)
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    assert main(["run", str(file), "--out", str(out), "--quiet", "--overwrite"]) == 2
-    _one_line_error(capsys, "not a fedclock run")
+    one_line_error(["run", str(file), "--out", str(out), "--quiet", "--overwrite"], "not a fedclock run")
     assert (out / "notes.txt").read_text() == "keep me"
 
 

@@ -21,6 +21,7 @@ from fedclock.scenarios.schema import DatasetConfig, GeneratedFiles
 from fedclock.scenarios.stackoverflow import SEQUENCE_LENGTH, WORD_COUNTS
 from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
 from fedclock.scenarios.tff_h5 import read_tff_h5
+from tests.scenarios.one_line import one_line_error
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "crossdevice"
 LONG = " ".join(f"w{i}" for i in range(25))
@@ -74,17 +75,14 @@ def test_the_generated_files_have_tff_layout(tmp_path: Path) -> None:
     assert counts == sorted(counts, reverse=True) and len(counts) == 150
 
 
-def _run(tmp_path: Path, dataset: dict, capsys: pytest.CaptureFixture[str], **sections: object) -> str:
+def _run(tmp_path: Path, dataset: dict, **sections: object) -> str:
     scenario = {"name": "bad", "dataset": {"name": "stackoverflow", "format": "tff_h5", **dataset,
                                            "partition": {"type": "natural"}},
                 "model": {"name": "word_lstm_small"}, "population": {"num_clients": 3},
                 "algorithm": {"name": "fedavg"}, "stop": {"rounds": 1}, "runtime": {"backend": "inline"}, **sections}
     file = tmp_path / "s.yaml"
     file.write_text(yaml.safe_dump(scenario))
-    assert main(["run", str(file), "--quiet", "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    return err
+    return one_line_error(["run", str(file), "--quiet", "--out", str(tmp_path / "out")])
 
 
 def test_sampling_reads_the_same_users_and_numbers_as_reading_every_user(tmp_path: Path) -> None:
@@ -131,7 +129,7 @@ def test_max_train_per_client_keeps_each_users_first_sentences(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("how", ["not_h5", "no_counts", "bad_counts", "no_tokens", "number_tokens"])
-def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, how: str) -> None:
     root = tmp_path / "so"
     root.mkdir()
     _files(root)
@@ -146,22 +144,21 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.Capture
             del f["examples/00000002/tokens"]
             if how == "number_tokens":
                 f.create_dataset("examples/00000002/tokens", data=np.arange(3))
-    err = _run(tmp_path, {"root": str(root)}, capsys)
+    err = _run(tmp_path, {"root": str(root)})
     named = {"not_h5": "stackoverflow_test.h5", "no_counts": WORD_COUNTS, "bad_counts": f"{WORD_COUNTS}: line 2",
              "no_tokens": "client '00000002' has no 'tokens'", "number_tokens": "tokens must be strings"}[how]
     assert named in err, err
 
 
-def test_algorithms_and_partitions_that_need_one_label_per_sample_are_refused(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_algorithms_and_partitions_that_need_one_label_per_sample_are_refused(tmp_path: Path) -> None:
     root = tmp_path / "so"
     root.mkdir()
     _files(root)
-    err = _run(tmp_path, {"root": str(root)}, capsys, algorithm={"name": "fedpac"})
+    err = _run(tmp_path, {"root": str(root)}, algorithm={"name": "fedpac"})
     assert "algorithm.name: fedpac does not train on per-token targets" in err and "fedavg" in err
     assert "class's centroid" in err and "fedbabu" in err  # why, and the personalized ones that do
     (tmp_path / "ssl").mkdir()
-    err = _run(tmp_path / "ssl", {"root": str(root)}, capsys, algorithm={"name": "fedper", "objective": "simclr"})
+    err = _run(tmp_path / "ssl", {"root": str(root)}, algorithm={"name": "fedper", "objective": "simclr"})
     assert "algorithm.objective: simclr" in err and "allowed: supervised" in err
     scenario = {"root": str(root), "partition": {"type": "dirichlet", "alpha": 0.5}}
     cfg = DatasetConfig(name="stackoverflow", format="tff_h5", **scenario)

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from PIL import Image
 
-from fedclock.scenarios.cli import main
 from fedclock.scenarios.federation import build_federation
 from fedclock.scenarios.leaf import LEAF_LETTERS
 from fedclock.scenarios.schema import DatasetConfig
+from tests.scenarios.one_line import one_line_error
 
 
 def _h5(path: Path, clients: dict[str, dict[str, Any]]) -> None:
@@ -35,16 +35,13 @@ def _emnist(root: Path) -> None:
                                       "f0001_41": {"pixels": np.stack([px] * 2), "label": np.array([8, 9])}})
 
 
-def _run(tmp_path: Path, dataset: dict, clients: int, capsys: pytest.CaptureFixture[str]) -> str:
+def _run(tmp_path: Path, dataset: dict, clients: int) -> str:
     scenario = {"name": "bad", "dataset": {**dataset, "partition": {"type": "natural"}},
                 "model": {"name": "logistic"}, "population": {"num_clients": clients},
                 "algorithm": {"name": "fedavg"}, "stop": {"rounds": 1}, "runtime": {"backend": "inline"}}
     file = tmp_path / "s.yaml"
     file.write_text(yaml.safe_dump(scenario))
-    assert main(["run", str(file), "--quiet", "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    return err
+    return one_line_error(["run", str(file), "--quiet", "--out", str(tmp_path / "out")])
 
 
 def test_tff_emnist_writers_with_their_test_sets(tmp_path: Path) -> None:
@@ -85,7 +82,7 @@ def test_tff_cifar100_test_clients_join_the_global_test_set(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("how", ["not_h5", "no_examples", "no_label", "shape"])
-def test_a_malformed_h5_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_a_malformed_h5_file_is_one_line(tmp_path: Path, how: str) -> None:
     root = tmp_path / "tff"
     _emnist(root)
     path = root / "fed_emnist_train.h5"
@@ -102,7 +99,7 @@ def test_a_malformed_h5_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
     else:
         _h5(path, {"w": {"pixels": np.zeros((2, 14, 14), dtype=np.float32), "label": np.array([1, 2])}})
         message = "client 'w' pixels must be 28x28 images"
-    err = _run(tmp_path, {"name": "femnist", "format": "tff_h5", "root": str(root)}, 2, capsys)
+    err = _run(tmp_path, {"name": "femnist", "format": "tff_h5", "root": str(root)}, 2)
     assert str(path) in err and message in err, err
 
 
@@ -133,7 +130,7 @@ def test_fedscale_clients_and_their_sample_files(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["column", "label", "missing_file", "not_image"])
-def test_a_malformed_fedscale_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_a_malformed_fedscale_file_is_one_line(tmp_path: Path, how: str) -> None:
     root = tmp_path / "fs"
     _fedscale(root)
     csv_path = root / "client_data_mapping" / "train.csv"
@@ -152,5 +149,5 @@ def test_a_malformed_fedscale_file_is_one_line(tmp_path: Path, capsys: pytest.Ca
         named = root / "data" / "train" / "2.png"
         named.write_bytes(b"garbage")
         message = "not a readable image"
-    err = _run(tmp_path, {"name": "femnist", "format": "fedscale_csv", "root": str(root)}, 2, capsys)
+    err = _run(tmp_path, {"name": "femnist", "format": "fedscale_csv", "root": str(root)}, 2)
     assert str(named) in err and message in err, err
