@@ -10,10 +10,10 @@ on a fresh server (:mod:`fedclock.actors.replay`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
-from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskResults
-from fedclock.actors.transport import Transport, actor_id
+from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskResults, group_results, group_returns
+from fedclock.actors.transport import Transport, actor_id, gathered
 from fedclock.actors.watchdog import TaskHung
 
 R = TypeVar("R")
@@ -67,10 +67,25 @@ class ActorCalls:
                                         num_returns=RESULTS_PER_TASK))
 
     def train_group(self, slot: int, method: str, group: list[TaskInputs]) -> list[TaskResults]:
-        """Start several tasks in one call (``train_many`` or ``train_each``) at ``slot``."""
-        refs = self.t.call(self.executors[slot], method, *[self.sent(inputs) for inputs in group],
-                           num_returns=RESULTS_PER_TASK * len(group))
-        return [TaskResults(*refs[RESULTS_PER_TASK * j:RESULTS_PER_TASK * (j + 1)]) for j in range(len(group))]
+        """Start several tasks in one call (``train_many`` or ``train_each``) at ``slot``; their
+        uploads and reports come back as parts of one list each (:func:`~fedclock.actors.task_io.grouped`).
+        The tasks go as one list in which tasks with the same payload handle share one
+        :class:`~fedclock.actors.transport.ByReference` object, so that pickling writes it (and on
+        Ray registers the executor as a borrower of it) once per call rather than once per task."""
+        shared: dict[int, TaskInputs] = {}
+        sent = []
+        for inputs in group:
+            first = shared.setdefault(id(inputs.payload), self.sent(inputs))
+            sent.append(inputs._replace(payload=first.payload))
+        handles = self.t.call(self.executors[slot], method, sent, num_returns=group_returns(len(group)))
+        return group_results(handles, len(group))
+
+    def receive(self, meta: Sequence[tuple[int, int, int, int, int | None]], uploads: list[Any]) -> Any:
+        """Hand arrivals to the server (``receive_parts``): each group's list of uploads goes once,
+        whichever of its parts arrive (:func:`~fedclock.actors.transport.gathered`). Returns the
+        handle of the server version."""
+        args, picks = gathered(uploads)
+        return self.t.call(self.server, "receive_parts", meta, picks, *args)
 
     def retried(self, what: str, slot: int, fetch: Callable[[], R], rerun: Callable[[], object]) -> R:
         """``fetch()``; while it reports the death of the executor at ``slot``, replace it

@@ -7,13 +7,13 @@ result, so any executor can serve any client and a lost executor costs only a re
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from fedclock.actors.cuda_kernels import exact_cuda_kernels
 from fedclock.actors.federation import Federation
-from fedclock.actors.task_io import TaskInputs, TaskReport
+from fedclock.actors.task_io import TaskInputs, TaskReport, grouped
 from fedclock.actors.watchdog import wall_limit
 from fedclock.actors.wire import map_tensors
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, EvalResult, ServerState, Tensors
@@ -75,30 +75,26 @@ class ClientExecutor:
             result = self.algorithm.client_update(inputs.payload, inputs.state, data, rng)
         return compact(result.upload), compact(result.state), self._reported(result, data)
 
-    def train_many(self, *tasks: TaskInputs) -> tuple[object, ...]:
+    def train_many(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
         """K tasks trained at once (vectorized clients, :mod:`fedclock.algorithms.vectorized`);
-        returns the K results flat, as ``upload_1, state_1, report_1, upload_2, ...`` (so that
-        each is its own handle on Ray), equal to :meth:`train`'s within float rounding;
-        uploads and states come back compact (see :func:`compact`)."""
+        returns the K results as :func:`~fedclock.actors.task_io.grouped` lays them out (the
+        uploads in one list, the reports in one list, then each state), equal to
+        :meth:`train`'s within float rounding; uploads and states come back compact (see
+        :func:`compact`)."""
         assert self.algorithm is not None, "executor used before setup()"
         datas = [self._task_data(int(t.client), t.steps) for t in tasks]
         rngs = [torch_rng(self.seed, Stream.TASK, int(t.client), int(t.client_task)) for t in tasks]
         what = ", ".join(f"client {t.client}'s task {t.client_task}" for t in tasks)
         with wall_limit(self.wall_timeout_s, f"{what} (trained at once)"):
             results = client_updates(self.algorithm, [t.payload for t in tasks], [t.state for t in tasks], datas, rngs)
-        out: list[object] = []
-        for result, data in zip(results, datas):
-            out += [compact(result.upload), compact(result.state), self._reported(result, data)]
-        return tuple(out)
+        return grouped([(compact(result.upload), compact(result.state), self._reported(result, data))
+                        for result, data in zip(results, datas)])
 
-    def train_each(self, *tasks: TaskInputs) -> tuple[object, ...]:
+    def train_each(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
         """K tasks run one after the other, each exactly as :meth:`train` runs it (one call
-        for several tasks: ``runtime.tasks_per_call``); the results are flat as in
-        :meth:`train_many`."""
-        out: list[object] = []
-        for task in tasks:
-            out += self.train(task)
-        return tuple(out)
+        for several tasks: ``runtime.tasks_per_call``); the results are laid out as
+        :meth:`train_many` lays them out."""
+        return grouped([ClientExecutor.train(self, task) for task in tasks])
 
     def _task_data(self, client: int, steps: int | None) -> ClientData:
         data = self._data(client)

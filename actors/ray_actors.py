@@ -2,13 +2,13 @@
 only how values cross the process boundary (:mod:`fedclock.actors.wire`, :class:`ByReference`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from fedclock.actors.executor import ClientExecutor
 from fedclock.actors.server import Server
-from fedclock.actors.task_io import RESULTS_PER_TASK, TaskInputs, TaskReport
-from fedclock.actors.transport import ByReference
-from fedclock.actors.wire import to_wire
+from fedclock.actors.task_io import TaskInputs, TaskReport
+from fedclock.actors.transport import ByReference, picked
+from fedclock.actors.wire import from_held, to_held, to_wire
 from fedclock.algorithms.base import EvalResult, ServerState, Tensors
 
 
@@ -27,7 +27,8 @@ def _resolve(values: list[Any]) -> list[Any]:
 class RayClientExecutor(ClientExecutor):
     """The executor as a Ray actor: payloads come :class:`ByReference`; client states inside
     :class:`TaskInputs` and nested object references in evaluation lists are fetched; uploads
-    and states leave as :func:`~fedclock.actors.wire.to_wire` (one copy each way).
+    and states leave as :func:`~fedclock.actors.wire.to_wire` (one copy each way), a group's
+    list of uploads as :func:`~fedclock.actors.wire.to_held` (the server copies out those it applies).
 
     A cached payload is handed to every task that names the same reference, as the inline
     backend hands one payload object to every task: algorithms never modify a payload
@@ -48,7 +49,7 @@ class RayClientExecutor(ClientExecutor):
             self._cached = (value.ref, ray.get(value.ref))
         return self._cached[1]
 
-    def _fetched(self, tasks: tuple[TaskInputs, ...]) -> list[TaskInputs]:
+    def _fetched(self, tasks: Sequence[TaskInputs]) -> list[TaskInputs]:
         """The tasks with their payloads and client states as values."""
         states = _resolve([t.state for t in tasks])
         return [t._replace(payload=self._shared(t.payload), state=s) for t, s in zip(tasks, states)]
@@ -57,28 +58,35 @@ class RayClientExecutor(ClientExecutor):
         upload, state, report = super().train(self._fetched((inputs,))[0])
         return to_wire(upload), to_wire(state), report
 
-    def train_many(self, *tasks: TaskInputs) -> tuple[object, ...]:
-        return _on_wire(super().train_many(*self._fetched(tasks)))
+    def train_many(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
+        return _on_wire(super().train_many(self._fetched(tasks)))
 
-    def train_each(self, *tasks: TaskInputs) -> tuple[object, ...]:
-        return _on_wire(tuple(v for task in self._fetched(tasks) for v in ClientExecutor.train(self, task)))
+    def train_each(self, tasks: Sequence[TaskInputs]) -> tuple[object, ...]:
+        return _on_wire(super().train_each(self._fetched(tasks)))
 
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:
         return super().evaluate(clients, _resolve(payloads), _resolve(states), batch_size)
 
 
-def _on_wire(results: tuple[object, ...]) -> tuple[object, ...]:
-    """Flat (upload, state, report) triples with uploads and states as :func:`to_wire`."""
-    return tuple(to_wire(v) if k % RESULTS_PER_TASK != 2 else v for k, v in enumerate(results))
+def _on_wire(results: tuple[Any, ...]) -> tuple[object, ...]:
+    """A group's results (:func:`~fedclock.actors.task_io.grouped`) with the uploads as
+    :func:`to_held` and the states as :func:`to_wire`."""
+    uploads, reports, *states = results
+    return [to_held(u) for u in uploads], reports, *(to_wire(s) for s in states)
 
 
 class RayServer(Server):
     """The server as a Ray actor: payloads and the global state leave as
-    :func:`~fedclock.actors.wire.to_wire` (one copy each way)."""
+    :func:`~fedclock.actors.wire.to_wire` (one copy each way); of a group's list of uploads
+    only those applied are copied out (:func:`~fedclock.actors.wire.from_held`)."""
 
     def payload_for(self, client: int) -> Tensors:
         return to_wire(super().payload_for(client))
 
     def current_state(self) -> ServerState:
         return to_wire(super().current_state())
+
+    def receive_parts(self, meta: list[tuple[int, int, int, int, int | None]], picks: list[tuple[int, int]],
+                      *values: Any) -> int:
+        return self.receive(meta, *(from_held(u) for u in picked(picks, values)))

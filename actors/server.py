@@ -1,8 +1,11 @@
 """The server: holds the global state and runs the algorithm's server hooks."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from fedclock.actors.transport import picked
 from fedclock.algorithms.base import Algorithm, Arrival, Failure, ServerState, Tensors
 from fedclock.scheduling.rng import Stream, torch_rng
 
@@ -39,6 +42,12 @@ class Server:
         self.receives += 1
         self.state, _ = self.algorithm.receive(self.state, arrivals, rng)  # the version moves here only
         return self.state.version
+
+    def receive_parts(self, meta: list[tuple[int, int, int, int, int | None]], picks: list[tuple[int, int]],
+                      *values: Any) -> int:
+        """:meth:`receive` of the uploads at ``picks`` in ``values`` (each group's list of uploads
+        passed once, :func:`fedclock.actors.transport.gathered`)."""
+        return self.receive(meta, *picked(picks, values))
 
     def task_failed(self, client: int, version_dispatched: int, reason: str) -> int:
         """The clock gave up on a task of ``client`` (``reason``: lost or timed_out): the

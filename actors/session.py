@@ -112,7 +112,7 @@ class Session:
         reports = self.launcher.reports(running)
         meta = [(t.client, t.num_samples, t.version, int(t.staleness or 0), r.steps) for t, r in zip(tasks, reports)]
         uploads = [r.handles().upload for r in running]
-        version = self.calls.server_get(self.t.call(self.server, "receive", meta, *uploads))
+        version = self.calls.server_get(self.calls.receive(meta, uploads))
         for t, report in zip(tasks, reports):
             self._free_slot(t, report)
         self.version = int(version)

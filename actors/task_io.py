@@ -1,7 +1,9 @@
 """What a client task takes and gives back, as the executors and the session pass it."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
+
+from fedclock.actors.transport import Part
 
 
 class TaskInputs(NamedTuple):
@@ -40,3 +42,23 @@ class TaskResults(NamedTuple):
 
 RESULTS_PER_TASK = len(TaskResults._fields)
 """Results of one task: upload, client state, report."""
+
+
+def grouped(results: Sequence[tuple[Any, Any, Any]]) -> tuple[object, ...]:
+    """Several tasks' (upload, state, report) as one call for them returns them: the uploads in
+    one list, the reports in one list, then each task's state on its own (a client's state may
+    be kept for many rounds: alone, it holds no other client's state alive). See
+    :func:`group_results`."""
+    return [u for u, _, _ in results], [r for _, _, r in results], *(s for _, s, _ in results)
+
+
+def group_returns(size: int) -> int:
+    """How many values :func:`grouped` returns for ``size`` tasks."""
+    return 2 + size
+
+
+def group_results(handles: Sequence[Any], size: int) -> list[TaskResults]:
+    """Each task's result handles from the handles of :func:`grouped`'s values (the upload and
+    the report as :class:`~fedclock.actors.transport.Part` s of their lists)."""
+    uploads, reports, *states = handles
+    return [TaskResults(Part(uploads, j), states[j], Part(reports, j)) for j in range(size)]

@@ -1,11 +1,12 @@
 """How calls reach actors: at once in this process (inline), or as Ray actor tasks.
 
 A *handle* is what a call returns and what a later call may take: the value itself inline,
-an object reference on Ray. The session never tells the two apart; it asks the transport.
+an object reference on Ray, or a :class:`Part` of either. The session never tells them apart;
+it asks the transport.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 
 class Transport(Protocol):
@@ -18,7 +19,9 @@ class Transport(Protocol):
         :class:`ByReference`), instead of having it resolved before the call."""
         ...
 
-    def get(self, handle: Any) -> Any: ...
+    def get(self, handle: Any) -> Any:
+        """The value of a handle, or the values of a list of handles (in one round trip)."""
+        ...
 
     def put(self, value: Any) -> Any: ...
 
@@ -41,7 +44,9 @@ class InlineTransport:
         return handle
 
     def get(self, handle: Any) -> Any:
-        return handle
+        if isinstance(handle, list):
+            return [self.get(h) for h in handle]
+        return handle.handle[handle.at] if isinstance(handle, Part) else handle
 
     def put(self, value: Any) -> Any:
         return value
@@ -62,6 +67,10 @@ class RayTransport:
         return ByReference(handle) if isinstance(handle, self._ray.ObjectRef) else handle
 
     def get(self, handle: Any) -> Any:
+        if isinstance(handle, list):
+            return fetched(handle, self._ray.get)
+        if isinstance(handle, Part):
+            return self._ray.get(handle.handle)[handle.at]
         return self._ray.get(handle)
 
     def put(self, value: Any) -> Any:
@@ -89,3 +98,47 @@ class ByReference(NamedTuple):
     unpickling went from 3.5 to 2.4 ms per task, beside 6 ms of training)."""
 
     ref: Any
+
+
+class Part(NamedTuple):
+    """The handle of element ``at`` of the list that ``handle`` resolves to: one task's
+    upload or report among the results of its group's call, which returns each kind in one
+    object for the whole group (:func:`fedclock.actors.task_io.grouped`) instead of one object
+    per task (on Ray, each object costs the driver, the raylet and the receiver a round of
+    bookkeeping: ``benchmarks/RESULTS.md``, issue 34)."""
+
+    handle: Any
+    at: int
+
+
+def fetched(handles: Sequence[Any], get_many: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    """The values of ``handles`` (handles and :class:`Part` s), each distinct underlying
+    handle fetched once, all in one ``get_many`` call."""
+    distinct: dict[int, Any] = {}
+    for h in handles:
+        base = h.handle if isinstance(h, Part) else h
+        distinct.setdefault(id(base), base)
+    values = dict(zip(distinct, get_many(list(distinct.values()))))
+    return [values[id(h.handle)][h.at] if isinstance(h, Part) else values[id(h)] for h in handles]
+
+
+def gathered(handles: Sequence[Any]) -> tuple[list[Any], list[tuple[int, int]]]:
+    """``handles`` (handles and :class:`Part` s) as call arguments: each distinct underlying
+    handle once (so that Ray resolves it before the call), and for each handle where its value
+    is: (argument, index in it; -1 for the argument itself). :func:`picked` undoes it."""
+    args: list[Any] = []
+    where: dict[int, int] = {}
+    picks = []
+    for h in handles:
+        base, index = (h.handle, h.at) if isinstance(h, Part) else (h, -1)
+        k = where.setdefault(id(base), len(args))
+        if k == len(args):
+            args.append(base)
+        picks.append((k, index))
+    return args, picks
+
+
+def picked(picks: Sequence[tuple[int, int]], values: Sequence[Any]) -> list[Any]:
+    """The values :func:`gathered` passed: for each (argument, index), ``values[argument]``
+    itself (index -1) or its element ``index``."""
+    return [values[k] if i < 0 else values[k][i] for k, i in picks]

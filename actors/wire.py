@@ -9,6 +9,13 @@ object store as an out-of-band buffer (one copy) and comes back as a read-only v
 (one copy out of the object store): the receiver never sees the wrapper, and the values,
 dtype, shape and strides are exactly the sender's. Only the Ray actor classes use it; the
 inline backend passes objects as they are.
+
+A group's uploads travel in one list (:func:`fedclock.actors.task_io.grouped`), of which a
+receiver may use only some (an asynchronous server applies the arrivals of a group at
+different times): there :func:`to_held` wraps each tensor in a :class:`HeldTensor`, which
+unpickles to a read-only view of the object store (no copy), and the receiver copies out only
+the tensors it uses (:func:`from_held`; the same owned, writable tensor as a
+:class:`WireTensor` gives).
 """
 from __future__ import annotations
 
@@ -48,15 +55,20 @@ def _travels(value: torch.Tensor) -> bool:
 def map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     """``value`` with ``fn`` applied to every tensor in it: in dicts, lists, tuples (not named
     tuples), and the ``tensors`` of a dataclass such as ``ServerState``; anything else as is."""
-    if isinstance(value, torch.Tensor):
+    return _map_leaves(value, torch.Tensor, fn)
+
+
+def _map_leaves(value: Any, leaf: type, fn: Callable[[Any], Any]) -> Any:
+    """``value`` with ``fn`` applied to every instance of ``leaf`` in it (where :func:`map_tensors` looks)."""
+    if isinstance(value, leaf):
         return fn(value)
     if isinstance(value, dict):
-        return {k: map_tensors(v, fn) for k, v in value.items()}
+        return {k: _map_leaves(v, leaf, fn) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(map_tensors(v, fn) for v in value)
+        return type(value)(_map_leaves(v, leaf, fn) for v in value)
     tensors = getattr(value, "tensors", None)
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and isinstance(tensors, dict):
-        return dataclasses.replace(value, tensors=map_tensors(tensors, fn))
+        return dataclasses.replace(value, tensors=_map_leaves(tensors, leaf, fn))
     return value
 
 
@@ -69,3 +81,36 @@ def to_wire(value: Any) -> Any:
     :class:`WireTensor`; anything else (GPU tensors, parameters, tensors needing grad) is left
     to Ray's pickling."""
     return map_tensors(value, _wrapped)
+
+
+class HeldTensor:
+    """A tensor travelling as a NumPy array that unpickles to itself, holding a view of the
+    received buffer (read-only in Ray's object store); :meth:`tensor` copies it out."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        return HeldTensor, (self.array,)
+
+    def tensor(self) -> torch.Tensor:
+        """An owned, writable tensor with the array's values and layout (as :class:`WireTensor` unpickles)."""
+        return _tensor(self.array)
+
+
+def _held(value: torch.Tensor) -> Any:
+    return HeldTensor(value.numpy()) if _travels(value) else value
+
+
+def to_held(value: Any) -> Any:
+    """``value`` with every plain CPU tensor in it (as :func:`to_wire` takes them) wrapped as a
+    :class:`HeldTensor`; :func:`from_held` on the receiving side gives the tensors back."""
+    return map_tensors(value, _held)
+
+
+def from_held(value: Any) -> Any:
+    """``value`` (as :func:`to_held` sent it) with every :class:`HeldTensor` copied out into an
+    owned tensor; anything else as it is."""
+    return _map_leaves(value, HeldTensor, HeldTensor.tensor)

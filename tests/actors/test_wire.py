@@ -5,7 +5,7 @@ import pickle
 
 import torch
 
-from fedclock.actors.wire import WireTensor, to_wire
+from fedclock.actors.wire import HeldTensor, WireTensor, from_held, to_held, to_wire
 from fedclock.algorithms.base import ServerState
 
 
@@ -39,3 +39,20 @@ def test_server_state_tensors_travel() -> None:
     out = roundtrip(wired)
     assert isinstance(out, ServerState) and torch.equal(out.tensors["weights"], state.tensors["weights"])
     assert out.extra == {"k": 1}
+
+
+def test_held_tensors_unpickle_as_views_and_copy_out_equal() -> None:
+    """A group's uploads travel :func:`to_held`: unpickled they still hold the (read-only)
+    received buffer, and :func:`from_held` copies out owned, writable tensors equal to the
+    sent ones, as :class:`WireTensor` would give them."""
+    flat = torch.randn(100, dtype=torch.float64)
+    uploads = [{"delta": flat[:10], "t": flat.view(10, 10).t(), "n": 2}, {"b": torch.ones(2).bfloat16()}]
+    out = roundtrip(to_held(uploads))
+    assert isinstance(out[0]["delta"], HeldTensor) and not out[0]["delta"].array.flags.writeable
+    owned = from_held(out[0])
+    for key in ("delta", "t"):
+        assert type(owned[key]) is torch.Tensor and torch.equal(owned[key], uploads[0][key])
+        assert owned[key].stride() == uploads[0][key].stride()
+    owned["delta"].fill_(3.0)  # writable, its own memory
+    assert torch.equal(out[0]["delta"].tensor(), flat[:10]) and owned["n"] == 2
+    assert isinstance(out[1]["b"], torch.Tensor) and from_held(out[1])["b"].dtype == torch.bfloat16
