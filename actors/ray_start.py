@@ -27,6 +27,8 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from fedclock.actors.ray_processes import children, end, with_descendants
+
 if TYPE_CHECKING:  # imported for annotations only: this module stays light (see RayStart)
     from fedclock.actors.runtime_config import RuntimeConfig
 
@@ -101,10 +103,10 @@ class RayStart:
 
     def _run(self) -> None:
         try:
-            before = {p.pid for p in _children()} if self.address is None else set()
+            before = {p.pid for p in children()} if self.address is None else set()
             self._started_ray = start_ray(self.address)
             if self._started_ray and self.address is None:  # the daemons this start began: ended by close()
-                self._daemons = [p for p in _children() if p.pid not in before]
+                self._daemons = [p for p in children() if p.pid not in before]
         except BaseException as exc:  # handed to the caller by wait()
             self._error = exc
         self._done.set()
@@ -121,60 +123,20 @@ class RayStart:
         """Shut down the Ray this started (none when Ray ran already, or it failed to start)
         and end the thread; a second call does nothing. A local Ray's processes (those its
         start began, and their descendants: workers, agents) are gone when this returns
-        (:func:`_end`), so that a command that exits at once leaves none behind."""
+        (:func:`fedclock.actors.ray_processes.end`), so that a command that exits at once leaves none behind."""
         if self._thread is None:
             return
         self._done.wait()
         if self._started_ray:
             import ray
 
-            started = _with_descendants(self._daemons)
+            started = with_descendants(self._daemons)
             ray.shutdown()
-            _end(started)
+            end(started)
             self._started_ray = False
         self._release.set()
         self._thread.join()
         self._thread = None
-
-
-LEFT_GRACE_S = 2.0
-"""How long :func:`_end` waits for a Ray process that outlived ``ray.shutdown`` (a worker or
-agent whose raylet was killed exits once it notices) before it kills it."""
-
-
-def _children() -> list[Any]:
-    """This process's children (``psutil`` processes)."""
-    import psutil
-
-    return list(psutil.Process().children())
-
-
-def _with_descendants(processes: list[Any]) -> list[Any]:
-    """``processes`` and every live descendant of them."""
-    import psutil
-
-    found = list(processes)
-    for proc in processes:
-        try:
-            found.extend(proc.children(recursive=True))
-        except psutil.Error:
-            continue
-    return found
-
-
-def _end(processes: list[Any]) -> None:
-    """After ``ray.shutdown``: wait up to :data:`LEFT_GRACE_S` for ``processes`` to exit,
-    then kill those left, so that none outlives the run (``ray.shutdown`` waits for the
-    processes it started itself, not for the raylet's workers and agents)."""
-    import psutil
-
-    _, alive = psutil.wait_procs(processes, timeout=LEFT_GRACE_S)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=LEFT_GRACE_S)
 
 
 @contextmanager

@@ -20,12 +20,19 @@ def test_grid_file_is_fedavg_and_fedbuff_times_the_seeds(tmp_path: Path) -> None
 
 def test_report_line_names_speedup_and_per_run_slowdown() -> None:
     grid = load_script("grid")
-    figures = {"cpus": 2, "backend": "inline", "runs": 16, "jobs": "auto",
-               "sequential": {"wall_s": 40.0, "cpu_s": 38.0},
-               "parallel": {"wall_s": 25.0, "cpu_s": 45.0}, "speedup": 1.6,
-               "mean_run_wall_s": {"sequential": 2.0, "parallel": 2.5}, "per_run_slowdown": 1.25, "tables_equal": True}
+    side = {"wall_s": 40.0, "cpu_s": 38.0, "setup_cpu_s": 6.0, "mean_run_wall_s": 2.0, "mean_run_cpu_s": 1.9,
+            "first_job_cpu_s": 4.6, "later_job_cpu_s": 1.8}
+    figures = {"machine": {"physical_cores": 16, "logical_cpus": 16, "load_average": 0.2}, "load_average_after": 3.5,
+               "backend": "inline", "runs": 16, "start": "forkserver", "sequential": side,
+               "parallel": {**side, "workers": 8, "wall_s": 25.0, "cpu_s": 45.0, "mean_run_wall_s": 2.5,
+                            "mean_run_cpu_s": 2.0, "later_job_cpu_s": None},
+               "speedup": 1.6, "per_run_wall_slowdown": 1.25, "per_run_cpu_slowdown": 1.05, "tables_equal": True}
     line = grid.report(figures)
-    assert "speed-up 1.60x" in line and "per-run slowdown 1.25x" in line and "sequential 40.0 s" in line
+    assert line.startswith("| 16 cores / 16 CPUs, load 0.2-3.5 | inline, 16 runs, forkserver | "
+                           "40.0 s (CPU 38.0, set-up 6.0)")
+    assert ("| 8 workers: 25.0 s (CPU 45.0, set-up 6.0) | 1.60x | 2.00 -> 2.50 s (1.25x) | "
+            "1.90 -> 2.00 s (1.05x)") in line
+    assert line.endswith("| 4.60 / 1.80 -> 4.60 / - | yes |")
 
 
 def test_one_round_file_is_quickstarts_fedavg_on_four_clients_for_one_round(tmp_path: Path) -> None:

@@ -76,18 +76,19 @@ def test_a_full_or_read_only_disk_is_one_line_and_resumable(tmp_path: Path,
     file, out = tmp_path / "run.yaml", tmp_path / "out"
     file.write_text(SHORT)
     assert main(["run", str(file), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
-    original, calls = pq.write_table, [0]
+    original, calls = pq.ParquetWriter.write_table, [0]
 
-    def failing(table: Any, where: Any, *args: Any, **kwargs: Any) -> Any:
+    def failing(writer: pq.ParquetWriter, table: Any, *args: Any, **kwargs: Any) -> Any:
+        # every Parquet file is written through a ParquetWriter (pq.write_table opens one)
         calls[0] += (out / "checkpoints" / "4").is_dir()
         if calls[0] == 3:
             if fault == "arrow-enospc":
-                raise pa.ArrowIOError(f"error closing file {where}: No space left on device")
+                raise pa.ArrowIOError(f"error closing file {writer.where}: No space left on device")
             code = errno.ENOSPC if fault == "enospc" else errno.EROFS
-            raise OSError(code, os.strerror(code), str(where))
-        return original(table, where, *args, **kwargs)
+            raise OSError(code, os.strerror(code), str(writer.where))
+        return original(writer, table, *args, **kwargs)
 
-    monkeypatch.setattr(pq, "write_table", failing)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", failing)
     err = one_line_error(["run", str(file), "--out", str(out), "--quiet"], "cannot write", f"--resume {out}", status=1)
     monkeypatch.undo()
     assert ("read-only" if fault == "erofs" else "no space left") in err and ".parquet" in err
