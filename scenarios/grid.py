@@ -35,10 +35,10 @@ the CPUs one run uses (``runtime.threads_per_actor`` inline; an executor's ``run
 times the executors it asks for on Ray, at least one), never more than there are jobs. Physical
 cores, not logical CPUs: two runs on the two hardware threads of one core share its arithmetic
 units, so each runs slower than alone. Half of them, from two measurements
-(``benchmarks/RESULTS.md``, "Grid side by side, third pass"): on 16 cores of one thread, with 8
-workers each run cost the CPU it costs alone (a worker's first job 0.46 s more) and the 16-run
-grid finished 2.80x faster than one after another; with all 16 each run cost 1.2-1.35x (contention
-for what busy cores share) and the 16-run grid finished only 2.16x faster; on 2 cores, 2 workers
+(``benchmarks/RESULTS.md``, "Grid side by side, third pass"): on 16 cores of one thread, 8
+workers ran the 16-run grid in 19.2 s with each run at the CPU it costs alone (1.00x; a worker's
+first job 0.46 s more), 16 workers in 18.4 s with each run at 1.35x (contention for what busy
+cores share); the 32-run grid took 17.9 s (0.95x per run) and 16.7 s (1.25x); on 2 cores, 2 workers
 lost to one after another outright (a worker's start-up with no idle core to spend it on).
 
 Each outcome carries its run's own wall and CPU seconds (``cpu_s``: the process time of the
