@@ -93,7 +93,7 @@ def _stop(marker: str) -> None:
             time.sleep(0.2)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one cluster for both tests: its start is ~11 s
 def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
     temp = tempfile.mkdtemp(prefix="fcray")  # short: Ray's socket paths must stay under 108 characters
     token = Path(temp) / "token"  # the cluster's own token, whatever ~/.ray holds
