@@ -31,7 +31,7 @@ from typing import Any, NoReturn, Sequence
 import yaml
 
 from fedclock.actors.ray_start import RayStart
-from fedclock.scenarios.grid_workers import asks_for_workers, start_early
+from fedclock.scenarios.grid_workers import start_early
 from fedclock.scenarios.scenario_paths import find_scenario
 
 
@@ -39,13 +39,18 @@ class _Unsure(Exception):
     """The command line does not say for sure that it runs on Ray."""
 
 
-def ray_address(argv: Sequence[str]) -> tuple[bool, str | None]:
-    """Whether ``fedclock ARGV`` is certainly one ``run`` of a file on the Ray backend
-    (not ``--resume``, ``--jobs``, ``--unfinished`` or ``--help``), and the cluster address it
-    names (None: a local Ray). Read from ``--backend``, ``--address``, ``--set
-    runtime.backend=...``/``runtime.address=...`` and the file's ``runtime`` sections (its
-    top level and each of its ``runs``); a file that is not a readable YAML path is unsure."""
-    parser = argparse.ArgumentParser(add_help=False)
+class _EarlyParser(argparse.ArgumentParser):
+    """A parser of the flags the console script reads before the command runs; a line it
+    cannot parse is unsure (the command's own parser says what is wrong), not a usage printed."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Unsure(message)
+
+
+def _early_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command, file and the flags :func:`ray_address` and :func:`asks_for_workers` read
+    from ``fedclock ARGV`` (others are left to the command); :class:`_Unsure` where unparsable."""
+    parser = _EarlyParser(add_help=False)
     parser.add_argument("command")
     parser.add_argument("file", nargs="?")
     parser.add_argument("--backend")
@@ -55,14 +60,34 @@ def ray_address(argv: Sequence[str]) -> tuple[bool, str | None]:
     parser.add_argument("--jobs")
     parser.add_argument("--unfinished", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
+    return parser.parse_known_args(list(argv))[0]
+
+
+def ray_address(argv: Sequence[str]) -> tuple[bool, str | None]:
+    """Whether ``fedclock ARGV`` is certainly one ``run`` of a file on the Ray backend
+    (not ``--resume``, ``--jobs``, ``--unfinished`` or ``--help``), and the cluster address it
+    names (None: a local Ray). Read from ``--backend``, ``--address``, ``--set
+    runtime.backend=...``/``runtime.address=...`` and the file's ``runtime`` sections (its
+    top level and each of its ``runs``); a file that is not a readable YAML path is unsure."""
     try:
-        args, _ = parser.parse_known_args(list(argv))
+        args = _early_args(argv)
         if args.command != "run" or args.file is None or args.resume or args.jobs not in (None, "1") \
                 or args.unfinished or args.help:
             raise _Unsure
         return _from_file(_scenario_path(args.file), args.backend, args.address, args.overrides)
-    except (_Unsure, SystemExit, OSError, ValueError, yaml.YAMLError):
+    except (_Unsure, OSError, ValueError, yaml.YAMLError):
         return False, None
+
+
+def asks_for_workers(argv: Sequence[str]) -> bool:
+    """Whether ``fedclock ARGV`` is a ``run`` (not ``--resume``) with ``--jobs`` other than 1
+    (``auto`` or a number): then the grid's worker server starts early
+    (:func:`fedclock.scenarios.grid_workers.start_early`)."""
+    try:
+        args = _early_args(argv)
+    except _Unsure:
+        return False
+    return args.command == "run" and not args.resume and args.jobs not in (None, "1")
 
 
 def _scenario_path(arg: str) -> Path:

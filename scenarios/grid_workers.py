@@ -17,7 +17,7 @@ workers are ``spawn``-ed and each imports on its own.
 
 The calling process imports PyTorch too (to read the file and write the summary). The console
 script (:mod:`fedclock.scenarios.entry`) starts the server before that (:func:`start_early`)
-when its command line asks for workers (:func:`asks_for_workers`), so that the two imports run
+when its command line asks for workers (:func:`fedclock.scenarios.entry.asks_for_workers`), so that the two imports run
 at once on two cores instead of one after the other. A start that the grid does not use (a
 file with one job left) costs the server's imports on an otherwise idle core, never a result.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import sys
-from typing import Sequence
 
 PRELOAD = ("fedclock.scenarios.grid", "pandas", "torch._dynamo")
 """What the forkserver imports once for every worker: the grid (PyTorch, NumPy, pyarrow,
@@ -47,20 +46,6 @@ def worker_context() -> multiprocessing.context.ForkServerContext | multiprocess
         context.set_forkserver_preload(list(PRELOAD))
         return context
     return multiprocessing.get_context("spawn")
-
-
-def asks_for_workers(argv: Sequence[str]) -> bool:
-    """Whether ``fedclock ARGV`` is a ``run`` with ``--jobs`` other than 1 (``auto`` or a
-    number), read without argparse, which would print its own usage for a line it cannot parse."""
-    args = list(argv)
-    if not args or args[0] != "run" or any(a == "--resume" or a.startswith("--resume=") for a in args):
-        return False
-    for i, arg in enumerate(args):
-        if arg == "--jobs" and i + 1 < len(args):
-            return args[i + 1] != "1"
-        if arg.startswith("--jobs="):
-            return arg.partition("=")[2] != "1"
-    return False
 
 
 def start_early() -> None:

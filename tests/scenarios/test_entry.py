@@ -82,3 +82,12 @@ def test_the_console_script_exits_at_once_after_its_exit_handlers(thread: bool) 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 3, done.stderr
     assert done.stdout == ("result thread done\nhandler ran\n" if thread else "result handler ran\n")
+
+
+def test_an_unparsable_line_is_unsure_and_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """The early reading of the command line is silent: the command's own parser speaks."""
+    from fedclock.scenarios.entry import asks_for_workers
+
+    for argv in ([], ["run", "study.yaml", "--jobs"], ["run", "--resume"]):
+        assert ray_address(argv) == (False, None) and not asks_for_workers(argv)
+    assert capsys.readouterr() == ("", "")

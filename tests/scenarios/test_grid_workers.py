@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from fedclock.scenarios.grid_workers import PRELOAD, asks_for_workers, worker_context
+from fedclock.scenarios.entry import asks_for_workers
+from fedclock.scenarios.grid_workers import PRELOAD, worker_context
 
 
 def test_linux_forks_workers_from_a_server_that_imported_the_run_once() -> None:
