@@ -32,7 +32,7 @@ from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports
 from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, discard_after, fingerprint,
                                             usable_checkpoint, write_checkpoint)
 from fedclock.scenarios.participation import Participation
-from fedclock.scenarios.results import ResultsWriter, RowsColumn, client_counts, resolved_dict, rows_on_disk
+from fedclock.scenarios.results import ClientEvents, ResultsWriter, RowsColumn, resolved_dict, rows_on_disk
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import Scenario
@@ -425,14 +425,12 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
     client, status = ev["client"], ev["status"]
     train, test = ClientIndex.of(federation.client_train).offsets, ClientIndex.of(federation.client_test).offsets
 
-    def count(mask: np.ndarray) -> RowsColumn:
-        return client_counts(client[mask], n)
+    events = ClientEvents(client, n)
 
     def as_int(column: RowsColumn) -> RowsColumn:
         return RowsColumn(n, lambda start, stop: column[start:stop].astype(np.int64))
 
     # the per-client counts and ids are computed a block of clients at a time as the table is written
-    everything = np.ones(client.shape[0], dtype=bool)
     return {
         "client": RowsColumn(n, lambda start, stop: np.arange(start, stop)),
         "num_train": RowsColumn(n, lambda start, stop: np.diff(train[start:stop + 1])),
@@ -441,12 +439,12 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "latency_s": devices.latency_s, "availability": describe_availability(scenario),
         "device_class": client_classes(scenario.population),
         "tags": _tags_column(scenario.population),
-        "tasks": count(everything), "tasks_applied": count(status == APPLIED),
-        "tasks_dropped": count(status == DROPPED),
-        "busy_s": client_counts(client, n, ev["busy"]),
-        "bytes_down": as_int(client_counts(client, n, ev["bytes_down"])),
-        "bytes_up": as_int(client_counts(client, n, ev["bytes_up"])),
-        "tasks_lost": count(status == LOST), "tasks_timed_out": count(status == TIMED_OUT),
-        "tasks_cancelled": count(status == CANCELLED),
+        "tasks": events.counts(), "tasks_applied": events.counts(status == APPLIED),
+        "tasks_dropped": events.counts(status == DROPPED),
+        "busy_s": events.counts(weights=ev["busy"]),
+        "bytes_down": as_int(events.counts(weights=ev["bytes_down"])),
+        "bytes_up": as_int(events.counts(weights=ev["bytes_up"])),
+        "tasks_lost": events.counts(status == LOST), "tasks_timed_out": events.counts(status == TIMED_OUT),
+        "tasks_cancelled": events.counts(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,
     }

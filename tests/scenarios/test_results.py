@@ -278,13 +278,16 @@ def test_task_ends_before_one_progress_report_share_one_part_file(tmp_path: Path
 
 def test_rows_written_a_block_at_a_time_with_computed_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Five rows in blocks of two: three row groups, read back as one table; a RowsColumn is
-    asked for rows 0-1, 2-3 and 4 only. client_counts of clients [2, 0, 2, 5] over 6 clients
-    gives 0:1, 1:0, 2:2, 3:0, 4:0, 5:1, and with weights [1.5, 2, 0.25, 4] the sums 2, 0, 1.75."""
+    asked for rows 0-1, 2-3 and 4 only. The counts of events of clients [2, 0, 2, 5] over 6 clients
+    are 0:1, 1:0, 2:2, 3:0, 4:0, 5:1; with weights [1.5, 2, 0.25, 4] the sums 2, 0, 1.75; of the
+    events [yes, no, yes, yes] 0:0, 2:2, 5:1."""
     from fedclock.scenarios import results
 
-    counts = results.client_counts(np.array([2, 0, 2, 5]), 6)
+    events = results.ClientEvents(np.array([2, 0, 2, 5]), 6)
+    counts = events.counts()
     assert counts[1:4].tolist() == [0, 2, 0] and counts[0:6].tolist() == [1, 0, 2, 0, 0, 1]
-    assert results.client_counts(np.array([2, 0, 2, 5]), 6, np.array([1.5, 2, 0.25, 4]))[0:3].tolist() == [2, 0, 1.75]
+    assert events.counts(weights=np.array([1.5, 2, 0.25, 4]))[0:3].tolist() == [2, 0, 1.75]
+    assert events.counts(np.array([True, False, True, True]))[0:6].tolist() == [0, 0, 2, 0, 0, 1]
     with pytest.raises(ValueError, match="consecutive"):
         counts[::2]
     monkeypatch.setattr(results, "ROWS_PER_GROUP", 2)
