@@ -34,6 +34,7 @@ import torch
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios import experiment
 from fedclock.scenarios.experiment import run_scenario
+from fedclock.scenarios.run_costs import CountedCosts
 from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
 from tests.conftest import scenario
 
@@ -113,7 +114,8 @@ def main(out: Path) -> int:
     inline = Runtime("inline")
     plan = Plan()
     install(plan)
-    run_scenario(s, inline, out / "whole")  # here, so that every import and cache is warm before forking
+    costs = CountedCosts()  # counted by the whole run, inherited by every forked child and resume
+    run_scenario(s, inline, out / "whole", costs=costs)  # here, so that every import and cache is warm before forking
     steps = list(plan.done)
     # Of a run of consecutive fsyncs only the first is a kill point: a kill before a later
     # one leaves the same files (fsync changes nothing a killed process's successor can see).
@@ -122,10 +124,10 @@ def main(out: Path) -> int:
     for k in points:
         folder = out / f"killed-{k}"
         plan.kill_at, plan.done = k, []
-        kill_signal, _ = in_child(partial(run_scenario, s, inline, folder))
+        kill_signal, _ = in_child(partial(run_scenario, s, inline, folder, costs=costs))
         plan.kill_at = None
         notes: list[str] = []
-        run_scenario(s, inline, folder, resume=True, on_note=notes.append)  # here: nothing kills it
+        run_scenario(s, inline, folder, resume=True, on_note=notes.append, costs=costs)  # here: nothing kills it
         report.append({"point": k, "step": steps[k], "signal": kill_signal, "notes": notes})
     (out / "report.json").write_text(json.dumps({"steps": steps, "points": report}, indent=1))
     return 0
