@@ -1,5 +1,9 @@
 """Clusters: ``fedclock run FILE --address ADDR`` on a real two-node Ray cluster started on
-this machine gives the same metrics and events as the local inline run."""
+this machine gives the same metrics and events as the local inline run.
+
+Both tests read one ``fedclock run`` of one file holding both their runs (the module fixture
+``cluster_runs``): one driver start, one connection and one set of actors (the runtime's pool
+serves both runs), where each test had started its own (about 15 s each on two cores)."""
 from __future__ import annotations
 
 import json
@@ -14,17 +18,23 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pandas as pd
 import pytest
+import yaml
 
-from tests.user_runs import fedasync_on_digits, run_inline
+from fedclock.actors.runtime import Runtime
+from fedclock.scenarios.experiment import run_scenario
+from fedclock.scenarios.loader import load_suite
+from tests.user_runs import fedasync_on_digits
 
 SCENARIO = fedasync_on_digits("cluster", seed=3, num_clients=4, versions=8, every=4,
                               runtime="{num_actors: 2, placement: pooled, num_cpus: 1}", output="{progress: false}")
 
-# the CLI as a user runs it, plus a note of the node each client executor landed on
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "personal_head"
+
+# the CLI as a user runs it, plus a note of the nodes each run's client executors landed on
 DRIVER = textwrap.dedent("""\
     import json, sys
     import ray
@@ -37,7 +47,7 @@ DRIVER = textwrap.dedent("""\
     def session(self, *args, **kwargs):
         s = make(self, *args, **kwargs)
         where = lambda actor: ray.get_runtime_context().get_node_id()
-        nodes.extend(ray.get([e.__ray_call__.remote(where) for e in s.executors]))
+        nodes.append(ray.get([e.__ray_call__.remote(where) for e in s.executors]))
         return s
 
     runtime.Runtime.session = session
@@ -116,45 +126,53 @@ def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
         assert not _processes_under(temp), "the test cluster's processes outlived it"
 
 
-@pytest.mark.slow
-def test_a_run_on_a_two_node_cluster_matches_the_local_run(two_node_cluster: tuple[str, dict[str, str]],
-                                                           tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cluster_runs(two_node_cluster: tuple[str, dict[str, str]],
+                 tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
+    """One ``fedclock run FILE --address ADDR`` of a file with both tests' runs: ``fedasync``
+    (:data:`SCENARIO`, built-in parts only) and ``personal_head`` (the personalized example's
+    own algorithm, model and dataset, files beside the scenario, for 3 rounds). Returns the
+    file's folder (results under ``cluster/RUN``) and the nodes of each run's executors."""
     address, env = two_node_cluster
-    file = tmp_path / "cluster.yaml"
-    file.write_text(SCENARIO)
-    nodes_file = tmp_path / "nodes.json"
+    folder = tmp_path_factory.mktemp("cluster")
+    for name in ("personal_head.py", "tiny_models.py", "digit_clients.py"):
+        shutil.copy(EXAMPLE / name, folder / name)
+    fedasync = {**yaml.safe_load(SCENARIO), "name": "fedasync"}
+    example: dict[str, Any] = yaml.safe_load((EXAMPLE / "scenario.yaml").read_text())
+    example = {**example, "stop": {"rounds": 3}, "runtime": {**example["runtime"], "num_cpus": 1}}
+    file = folder / "scenario.yaml"
+    file.write_text(yaml.safe_dump({"name": "cluster", "runs": [fedasync, example]}, sort_keys=False))
+    nodes_file = folder / "nodes.json"
     done = subprocess.run([sys.executable, "-c", DRIVER, str(nodes_file), "run", str(file), "--address", address,
-                           "--out", str(tmp_path / "cluster"), "--quiet"],
-                          env=env, capture_output=True, text=True, timeout=300)
+                           "--out", str(folder / "cluster"), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=folder.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     nodes = json.loads(nodes_file.read_text())
-    assert len(nodes) == 2 and len(set(nodes)) == 2  # one executor on each node
+    assert len(nodes) == 2
+    return folder, {"fedasync": nodes[0], "personal_head": nodes[1]}
 
-    run_inline(file, tmp_path / "local", ["runtime.backend=inline"])
-    assert_same_tables(tmp_path / "cluster", tmp_path / "local")
+
+def run_locally(folder: Path, name: str) -> Path:
+    """The run ``name`` of the cluster file, run inline in this process; its results folder."""
+    (run,) = [r for r in load_suite(folder / "scenario.yaml", ["runtime.backend=inline"]).runs if r.name == name]
+    run_scenario(run, Runtime("inline"), folder / "local" / name)
+    return folder / "local" / name
 
 
 @pytest.mark.slow
-def test_a_users_own_modules_travel_to_the_cluster(two_node_cluster: tuple[str, dict[str, str]],
-                                                   tmp_path: Path) -> None:
+def test_a_run_on_a_two_node_cluster_matches_the_local_run(cluster_runs: tuple[Path, dict[str, list[str]]]) -> None:
+    folder, nodes = cluster_runs
+    assert len(nodes["fedasync"]) == 2 and len(set(nodes["fedasync"])) == 2  # one executor on each node
+    assert_same_tables(folder / "cluster" / "fedasync", run_locally(folder, "fedasync"))
+
+
+@pytest.mark.slow
+def test_a_users_own_modules_travel_to_the_cluster(cluster_runs: tuple[Path, dict[str, list[str]]]) -> None:
     """The personalized example's algorithm, model and dataset (files beside the scenario)
     run on both nodes, shipped by Ray's runtime_env: the same numbers as the local run."""
-    address, env = two_node_cluster
-    example = Path(__file__).resolve().parents[2] / "examples" / "personal_head"
-    for name in ("personal_head.py", "tiny_models.py", "digit_clients.py", "scenario.yaml"):
-        shutil.copy(example / name, tmp_path / name)
-    file = tmp_path / "scenario.yaml"
-    sets = ["--set", "stop.rounds=3", "--set", "runtime.num_cpus=1"]
-    nodes_file = tmp_path / "nodes.json"
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(nodes_file), "run", str(file), "--address", address,
-                           "--out", str(tmp_path / "cluster"), "--quiet", *sets],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    nodes = json.loads(nodes_file.read_text())
-    assert len(nodes) == 2 and len(set(nodes)) == 2  # one executor on each node
-
-    run_inline(file, tmp_path / "local", ["runtime.backend=inline", "stop.rounds=3"])
-    assert_same_tables(tmp_path / "cluster", tmp_path / "local")
+    folder, nodes = cluster_runs
+    assert len(nodes["personal_head"]) == 2 and len(set(nodes["personal_head"])) == 2  # one executor on each node
+    assert_same_tables(folder / "cluster" / "personal_head", run_locally(folder, "personal_head"))
 
 
 def assert_same_tables(cluster: Path, local: Path) -> None:

@@ -5,6 +5,7 @@ saying so; a checkpoint that counts rows the tables lack is skipped
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,19 +46,27 @@ def test_a_writer_sigkilled_at_every_step_of_checkpointing_resumes_bit_identical
         _assert_same(tmp_path / "whole", tmp_path / f"killed-{point['point']}")
 
 
-def _crashed_run(tmp_path: Path) -> tuple[Any, Path]:
-    """A run stopped after its checkpoints 3, 6 and 9 (of which 6 and 9 are kept)."""
-    s = scenario(**SMALL)
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted run of SMALL, run once for the module: the tables a resume must give
+    and (copied) the folder each test damages."""
+    out = tmp_path_factory.mktemp("whole") / "run"
+    run_scenario(scenario(**SMALL), Runtime("inline"), out)
+    return out
+
+
+def _crashed_run(tmp_path: Path, whole: Path) -> tuple[Any, Path]:
+    """A run stopped after its checkpoints 3, 6 and 9 (of which 6 and 9 are kept): a copy of
+    the module's run folder."""
     out = tmp_path / "run"
-    run_scenario(s, Runtime("inline"), out)
-    return s, out
+    shutil.copytree(whole, out)
+    return scenario(**SMALL), out
 
 
-def test_a_damaged_checkpoint_is_skipped_for_the_older_one_saying_so(tmp_path: Path) -> None:
+def test_a_damaged_checkpoint_is_skipped_for_the_older_one_saying_so(tmp_path: Path, whole: Path) -> None:
     """One flipped byte in the newest checkpoint's tensors (which loaded silently and gave
     wrong numbers before checkpoints were hashed): resume takes the older one and says so."""
-    s, out = _crashed_run(tmp_path)
-    run_scenario(s, Runtime("inline"), tmp_path / "whole")
+    s, out = _crashed_run(tmp_path, whole)
     newest = checkpoint_dir(out) / "9" / "tensors.pt"
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -66,11 +75,11 @@ def test_a_damaged_checkpoint_is_skipped_for_the_older_one_saying_so(tmp_path: P
     run_scenario(s, Runtime("inline"), out, resume=True, on_note=notes.append)
     assert any("checkpoint 9 skipped" in n and "tensors.pt differs from hashes.json" in n for n in notes), notes
     assert any("from checkpoint 6" in n for n in notes)
-    _assert_same(tmp_path / "whole", out)
+    _assert_same(whole, out)
 
 
-def test_every_damaged_checkpoint_is_a_one_line_refusal(tmp_path: Path) -> None:
-    s, out = _crashed_run(tmp_path)
+def test_every_damaged_checkpoint_is_a_one_line_refusal(tmp_path: Path, whole: Path) -> None:
+    s, out = _crashed_run(tmp_path, whole)
     for version in ("6", "9"):
         with (checkpoint_dir(out) / version / "meta.json").open("a") as f:
             f.write(" ")
@@ -79,15 +88,14 @@ def test_every_damaged_checkpoint_is_a_one_line_refusal(tmp_path: Path) -> None:
     assert "\n" not in str(info.value) and "meta.json differs" in str(info.value)
 
 
-def test_a_checkpoint_counting_rows_the_tables_lack_is_skipped(tmp_path: Path) -> None:
+def test_a_checkpoint_counting_rows_the_tables_lack_is_skipped(tmp_path: Path, whole: Path) -> None:
     """What a kill right after a checkpoint did before its rows were made durable: the newest
     checkpoint counts more event rows than are on disk; resume goes back to the older one."""
-    s, out = _crashed_run(tmp_path)
-    run_scenario(s, Runtime("inline"), tmp_path / "whole")
+    s, out = _crashed_run(tmp_path, whole)
     events = pq.read_table(out / "events.parquet")
     meta = json.loads((checkpoint_dir(out) / "9" / "meta.json").read_text())
     pq.write_table(events.slice(0, meta["rows"]["events"] - 1), out / "events.parquet")
     notes: list[str] = []
     run_scenario(s, Runtime("inline"), out, resume=True, on_note=notes.append)
     assert any("checkpoint 9 skipped: it counts" in n and "events" in n for n in notes), notes
-    _assert_same(tmp_path / "whole", out)
+    _assert_same(whole, out)
