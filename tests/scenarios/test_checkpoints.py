@@ -20,6 +20,7 @@ from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, Running
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
+from fedclock.scenarios.run_costs import CountedCosts
 from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
 from tests.actors.test_heterogeneity_determinism import FLAKY_PARTIAL
 from tests.conftest import scenario
@@ -77,14 +78,15 @@ def _crash_at(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    sections: dict[str, Any], every: int, crash: int) -> None:
     inline = Runtime("inline")
-    run_scenario(scenario(**sections), inline, tmp_path / "plain")
+    costs = CountedCosts()  # counted once for the three runs before the crash, as a session's runs share them
+    run_scenario(scenario(**sections), inline, tmp_path / "plain", costs=costs)
     with_ckpt = scenario(**sections, output={"checkpoint_every": every, "progress": False})
-    run_scenario(with_ckpt, inline, tmp_path / "checkpointed")
+    run_scenario(with_ckpt, inline, tmp_path / "checkpointed", costs=costs)
     _assert_same(tmp_path / "plain", tmp_path / "checkpointed")  # writing checkpoints changes nothing
 
     _crash_at(monkeypatch, crash)
     with pytest.raises(Crash):
-        run_scenario(with_ckpt, inline, tmp_path / "crashed")
+        run_scenario(with_ckpt, inline, tmp_path / "crashed", costs=costs)
     monkeypatch.undo()
     kept = sorted(int(p.name) for p in (tmp_path / "crashed" / "checkpoints").iterdir())
     assert len(kept) == 2 and all(v % every == 0 and v < crash for v in kept)  # the newest two
@@ -230,10 +232,11 @@ def test_a_resumed_vectorized_run_equals_an_uninterrupted_one(tmp_path: Path, mo
     inline = Runtime("inline")
     with_ckpt = scenario(**sections, runtime={"backend": "inline", "vectorize": 4},
                          output={"checkpoint_every": 3, "progress": False})
-    run_scenario(with_ckpt, inline, tmp_path / "plain")
+    costs = CountedCosts()  # counted once for the two runs before the crash, as a session's runs share them
+    run_scenario(with_ckpt, inline, tmp_path / "plain", costs=costs)
     _crash_at(monkeypatch, crash)
     with pytest.raises(Crash):
-        run_scenario(with_ckpt, inline, tmp_path / "crashed")
+        run_scenario(with_ckpt, inline, tmp_path / "crashed", costs=costs)
     monkeypatch.undo()
     run_scenario(with_ckpt, inline, tmp_path / "crashed", resume=True)
     left, right = _tables(tmp_path / "plain"), _tables(tmp_path / "crashed")

@@ -13,6 +13,7 @@ from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.checkpoints import read_checkpoint
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError, load_suite
+from fedclock.scenarios.run_costs import CountedCosts
 from fedclock.scenarios.schema import Scenario
 from tests.conftest import scenario
 from tests.scenarios.runs import assert_resume_is_bit_identical
@@ -28,6 +29,13 @@ EF = dict(  # async, stale arrivals, top-k with error feedback (client state kep
     mode={"type": "async", "concurrency": 3}, stop={"versions": 12}, evaluation={"every": 3}, seed=5,
     upload={"compression": {"type": "top_k", "fraction": 0.05, "error_feedback": True}},
 )
+
+
+@pytest.fixture(scope="module")
+def costs() -> CountedCosts:
+    """The module's counted FLOPs, shared by its runs as a session shares them between the seeds
+    of a run (each arm's seeds count the same task once)."""
+    return CountedCosts()
 
 
 def runs() -> dict[str, Scenario]:
@@ -51,7 +59,7 @@ def test_quick_file_charges_each_codecs_exact_bytes_and_shorter_uploads(tmp_path
 
 
 @pytest.mark.slow
-def test_top_k_with_error_feedback_learns_where_without_it_does_worse(tmp_path: Path) -> None:
+def test_top_k_with_error_feedback_learns_where_without_it_does_worse(tmp_path: Path, costs: CountedCosts) -> None:
     """Top-1 % of the update (k = 49 of 4810) on three paired seeds: error feedback must beat
     no error feedback on every seed and by at least 3 points on average (measured at the time
     of writing: 86.1 vs 70.2, 82.5 vs 77.2, 84.7 vs 83.0). The test set has 359 images, so
@@ -64,7 +72,7 @@ def test_top_k_with_error_feedback_learns_where_without_it_does_worse(tmp_path: 
         acc = {}
         for name in ("top_k_ef", "top_k"):
             s = quick[name].model_copy(update={"seed": seed})
-            acc[name] = run_scenario(s, inline, tmp_path / f"{name}-{seed}").global_accuracy
+            acc[name] = run_scenario(s, inline, tmp_path / f"{name}-{seed}", costs=costs).global_accuracy
         gains.append(acc["top_k_ef"] - acc["top_k"])
     assert min(gains) > 0 and sum(gains) / 3 >= 0.03, gains
 
@@ -136,7 +144,8 @@ def test_a_model_upload_in_fp16_charges_two_bytes_a_parameter(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_model_upload_top_k_with_error_feedback_learns_where_without_it_does_worse(tmp_path: Path) -> None:
+def test_model_upload_top_k_with_error_feedback_learns_where_without_it_does_worse(tmp_path: Path,
+                                                                                    costs: CountedCosts) -> None:
     """FedAsync's model uploads through top-1 % of their difference from the received model
     (k = 49 of 4810), three paired seeds: with error feedback it must beat the same codec
     without it on every seed and by at least 3 points on average (measured at the time of
@@ -152,6 +161,6 @@ def test_model_upload_top_k_with_error_feedback_learns_where_without_it_does_wor
         for ef in (True, False):
             s = scenario(**{**MODEL_UPLOAD, "seed": seed, "upload": {"compression": {
                 "type": "top_k", "fraction": 0.01, "error_feedback": ef}}})
-            acc[ef] = run_scenario(s, inline, tmp_path / f"{ef}-{seed}").global_accuracy
+            acc[ef] = run_scenario(s, inline, tmp_path / f"{ef}-{seed}", costs=costs).global_accuracy
         gains.append(acc[True] - acc[False])
     assert min(gains) > 0 and sum(gains) / 3 >= 0.03, gains

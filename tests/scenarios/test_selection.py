@@ -48,11 +48,18 @@ def test_bad_selection_settings_are_one_line_errors(selection: dict[str, Any], m
     assert_one_line_error(validate_data(data), *names)
 
 
-def test_selection_is_settable_by_set_and_uniform_changes_nothing(tmp_path: Path) -> None:
-    run_scenario(scenario(**BASE), Runtime("inline"), tmp_path / "default")
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of one inline run of BASE (default selection), run once for the module."""
+    out = tmp_path_factory.mktemp("base") / "default"
+    run_scenario(scenario(**BASE), Runtime("inline"), out)
+    return out
+
+
+def test_selection_is_settable_by_set_and_uniform_changes_nothing(tmp_path: Path, base_run: Path) -> None:
     run_scenario(scenario(**BASE, selection={"name": "uniform"}), Runtime("inline"), tmp_path / "uniform")
     for table in ("events", "metrics"):
-        a = pd.read_parquet(tmp_path / "default" / f"{table}.parquet").drop(columns=["wall_time"], errors="ignore")
+        a = pd.read_parquet(base_run / f"{table}.parquet").drop(columns=["wall_time"], errors="ignore")
         b = pd.read_parquet(tmp_path / "uniform" / f"{table}.parquet").drop(columns=["wall_time"], errors="ignore")
         pd.testing.assert_frame_equal(a, b, check_exact=True)
     file = tmp_path / "s.yaml"
@@ -170,11 +177,10 @@ def test_overcommit_closes_at_the_kth_arrival_and_never_computes_the_rest(tmp_pa
     assert clients.tasks_cancelled.sum() == 8
 
 
-def test_participation_metrics_by_hand(tmp_path: Path) -> None:
-    run_scenario(scenario(**BASE), Runtime("inline"), tmp_path)
-    events = pd.read_parquet(tmp_path / "events.parquet")
-    last = pd.read_parquet(tmp_path / "metrics.parquet").iloc[-1]
-    clients = pd.read_parquet(tmp_path / "clients.parquet")
+def test_participation_metrics_by_hand(base_run: Path) -> None:
+    events = pd.read_parquet(base_run / "events.parquet")
+    last = pd.read_parquet(base_run / "metrics.parquet").iloc[-1]
+    clients = pd.read_parquet(base_run / "clients.parquet")
     counts = np.bincount(events.client, minlength=10)
     assert jain_index(np.array([1, 1, 1, 1])) == 1.0 and jain_index(np.array([4, 0, 0, 0])) == 0.25
     assert jain_index(np.array([2, 1, 1, 0])) == pytest.approx(16 / 24)

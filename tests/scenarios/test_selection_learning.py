@@ -27,9 +27,17 @@ import pytest
 from fedclock.actors.runtime import Runtime
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import load_suite
+from fedclock.scenarios.run_costs import CountedCosts
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "selection"
 SEEDS = (0, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def costs() -> CountedCosts:
+    """The module's counted FLOPs, shared by its runs as a session shares them between the runs
+    and seeds of a file (the runs differ in how clients are selected, not in their tasks)."""
+    return CountedCosts()
 
 
 def _runs(file: str, seed: int, *extra: Any) -> dict[str, Any]:
@@ -37,13 +45,13 @@ def _runs(file: str, seed: int, *extra: Any) -> dict[str, Any]:
     return {s.name.split("/")[-1]: s for s in suite.runs}
 
 
-def _time_to_target(tmp_path: Path, file: str, names: tuple[str, ...]) -> dict[str, list[float]]:
+def _time_to_target(tmp_path: Path, costs: CountedCosts, file: str, names: tuple[str, ...]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {n: [] for n in names}
     for seed in SEEDS:
         runs = _runs(file, seed)
         for name in names:
             run = runs[next(k for k in runs if k.endswith(name))]
-            summary = run_scenario(run, Runtime("inline"), tmp_path / f"{name}-{seed}")
+            summary = run_scenario(run, Runtime("inline"), tmp_path / f"{name}-{seed}", costs=costs)
             assert summary.stop_reason == "target_accuracy", (name, seed, summary.stop_reason)
             out[name].append(summary.virtual_time)
     return out
@@ -54,8 +62,9 @@ def _faster(fast: list[float], slow: list[float]) -> bool:
 
 
 @pytest.mark.slow
-def test_oort_reaches_the_target_sooner_than_uniform_and_not_without_its_penalty(tmp_path: Path) -> None:
-    t = _time_to_target(tmp_path, "oort_uniform_poc_quick.yaml", ("uniform", "oort", "oort-no-penalty"))
+def test_oort_reaches_the_target_sooner_than_uniform_and_not_without_its_penalty(tmp_path: Path,
+                                                                                costs: CountedCosts) -> None:
+    t = _time_to_target(tmp_path, costs, "oort_uniform_poc_quick.yaml", ("uniform", "oort", "oort-no-penalty"))
     assert _faster(t["oort"], t["uniform"]), t
     assert not _faster(t["oort-no-penalty"], t["uniform"]), t  # the ablation: the test would fail
 
@@ -70,7 +79,8 @@ def _global_objective(out: Path) -> float:
 
 
 @pytest.mark.slow
-def test_power_of_choice_lowers_the_clients_global_loss_and_not_with_d_equal_k(tmp_path: Path) -> None:
+def test_power_of_choice_lowers_the_clients_global_loss_and_not_with_d_equal_k(tmp_path: Path,
+                                                                             costs: CountedCosts) -> None:
     """The reading: power-of-choice picks, among ``d`` candidates, the ``K`` whose reported
     loss is highest, so the loss a cohort reports when it is picked is higher than under
     uniform by construction (it measures the bias, not learning). Cho et al. measure what
@@ -93,13 +103,13 @@ def test_power_of_choice_lowers_the_clients_global_loss_and_not_with_d_equal_k(t
         runs = _runs("oort_uniform_poc_quick.yaml", seed, ("stop", {"rounds": 30}), ("evaluation", evaluation))
         for name in losses:
             run = runs[next(k for k in runs if k.endswith(name))]
-            run_scenario(run, Runtime("inline"), tmp_path / f"{name}-{seed}")
+            run_scenario(run, Runtime("inline"), tmp_path / f"{name}-{seed}", costs=costs)
             losses[name].append(_global_objective(tmp_path / f"{name}-{seed}"))
     assert all(p < u for p, u in zip(losses["power_of_choice"], losses["uniform"])), losses
     assert not all(p < u for p, u in zip(losses["poc-d-eq-k"], losses["uniform"])), losses  # the ablation
 
 
 @pytest.mark.slow
-def test_overcommit_reaches_the_target_sooner(tmp_path: Path) -> None:
-    t = _time_to_target(tmp_path, "overcommit_quick.yaml", ("overcommit-1.0", "overcommit-1.3"))
+def test_overcommit_reaches_the_target_sooner(tmp_path: Path, costs: CountedCosts) -> None:
+    t = _time_to_target(tmp_path, costs, "overcommit_quick.yaml", ("overcommit-1.0", "overcommit-1.3"))
     assert _faster(t["overcommit-1.3"], t["overcommit-1.0"]), t
