@@ -5,7 +5,7 @@ client state, tasks the server gives up on (task timeout) or drops (late in a sy
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pytest
@@ -36,7 +36,15 @@ CASES = {
 }
 
 
-def _run(out: Path, monkeypatch: pytest.MonkeyPatch, skip: bool, **sections: Any) -> tuple[list[pd.DataFrame], int]:
+@pytest.fixture(scope="module")
+def costs() -> CountedCosts:
+    """The counted task costs, shared by the module's runs as by the runs of one file (Ditto
+    counts its task on every client size)."""
+    return CountedCosts()
+
+
+def _run(out: Path, monkeypatch: pytest.MonkeyPatch, skip: bool, costs: CountedCosts,
+         **sections: Any) -> tuple[list[pd.DataFrame], int]:
     """The run's tables (wall times dropped) and how many tasks the runtime started."""
     started = [0]
     start = Session.start
@@ -51,17 +59,17 @@ def _run(out: Path, monkeypatch: pytest.MonkeyPatch, skip: bool, **sections: Any
             m.setattr(Clock, "_discarded", lambda self, task: False)
         s = scenario(population={"num_clients": 8, "devices": DEVICES}, seed=3,
                      evaluation={"every": 1, "personalized": True}, runtime={"backend": "inline"}, **sections)
-        run_scenario(s, Runtime("inline"), out)
+        run_scenario(s, Runtime("inline"), out, costs=costs)
     tables = [pd.read_parquet(out / "metrics.parquet").drop(columns=["wall_time"]),
               pd.read_parquet(out / "events.parquet"), pd.read_parquet(out / "clients.parquet")]
     return tables, started[0]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_skipping_discarded_tasks_gives_the_same_tables(case: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    every, ran_all = _run(tmp_path / "every", monkeypatch, skip=False, **CASES[case])
-    skipped, ran = _run(tmp_path / "skipped", monkeypatch, skip=True, **CASES[case])
+def test_skipping_discarded_tasks_gives_the_same_tables(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          costs: CountedCosts) -> None:
+    every, ran_all = _run(tmp_path / "every", monkeypatch, False, costs, **CASES[case])
+    skipped, ran = _run(tmp_path / "skipped", monkeypatch, True, costs, **CASES[case])
     events = every[1]
     assert ran_all == len(events) - int((events.status == "lost").sum())
     assert ran < ran_all  # some tasks were not run...
@@ -111,8 +119,7 @@ def _deferral_run(out: Path, monkeypatch: pytest.MonkeyPatch, runtime: Runtime, 
                   costs: CountedCosts, **sections: Any) -> tuple[list[pd.DataFrame], int, int]:
     """The run's tables, the client updates computed (counted in the driver: a Ray executor's
     are not visible here, so -1 there) and the tasks started with a discarded upload.
-    ``costs``: the counted task costs, shared by the compared runs of a test as by the runs of
-    one file (Ditto counts its task on every client size)."""
+    ``costs``: the module's counted task costs."""
     computed, discarded = [0], [0]
     start, update = Session.start, ClientExecutor.train
 
@@ -138,53 +145,68 @@ def _deferral_run(out: Path, monkeypatch: pytest.MonkeyPatch, runtime: Runtime, 
     return tables, computed[0] if runtime.backend == "inline" else -1, discarded[0]
 
 
+AtOnce = Callable[[str], tuple[list[pd.DataFrame], int, int]]
+
+
+@pytest.fixture(scope="module")
+def at_once(tmp_path_factory: pytest.TempPathFactory, costs: CountedCosts) -> AtOnce:
+    """A deferral case's inline run computing every task at once (the reference the deferring
+    runs must equal), run once for the module's tests of that case."""
+    done: dict[str, tuple[list[pd.DataFrame], int, int]] = {}
+
+    def get(case: str) -> tuple[list[pd.DataFrame], int, int]:
+        if case not in done:
+            done[case] = _deferral_run(tmp_path_factory.mktemp(case), pytest.MonkeyPatch(), Runtime("inline"), False,
+                                       costs, **DEFER_CASES[case])
+        return done[case]
+    return get
+
+
 @pytest.mark.parametrize("case", sorted(DEFER_CASES))
 def test_deferring_discarded_tasks_of_stateful_algorithms_gives_the_same_tables(
-        case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, costs: CountedCosts, at_once: AtOnce) -> None:
     """Inline: the tables bit for bit as when every task runs at once. SCAFFOLD without
     personalized evaluation: the slow clients' dropped tasks are never needed (their next
     tasks are dropped too), so they never run. Ditto: every deferred state is needed by a
     later personalized evaluation, so every deferred task runs, later."""
-    costs = CountedCosts()
-    at_once, ran_all, none = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False, costs,
-                                           **DEFER_CASES[case])
+    reference, ran_all, none = at_once(case)
     deferred, ran, discarded = _deferral_run(tmp_path / "deferred", monkeypatch, Runtime("inline"), True, costs,
                                              **DEFER_CASES[case])
-    events = at_once[1]
+    events = reference[1]
     assert none == 0 and discarded >= 5 and (events.status == "applied").sum() >= 10
     if case == "scaffold_deadline_drop":  # measured: 37 updates at once, 30 deferring (7 discarded)
         assert ran == ran_all - discarded
     else:  # measured: 20 and 20 (5 discarded, run when an evaluation needed them)
         assert ran == ran_all
-    for a, b in zip(at_once, deferred):
+    for a, b in zip(reference, deferred):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
 def test_deferred_tasks_on_ray_give_the_inline_tables(ray_runtime: Runtime, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch, costs: CountedCosts,
+                                                      at_once: AtOnce) -> None:
     """Two pooled Ray executors (grouped calls, state handles in the object store), deferring:
     the tables of the inline run that computes every task at once."""
     case = DEFER_CASES["ditto_sync_timeout"]
-    costs = CountedCosts()
-    inline, _, _ = _deferral_run(tmp_path / "inline", monkeypatch, Runtime("inline"), False, costs, **case)
+    inline, _, _ = at_once("ditto_sync_timeout")
     ray_tables, _, discarded = _deferral_run(tmp_path / "ray", monkeypatch, ray_runtime, True, costs, **case)
     assert discarded >= 3
     for a, b in zip(inline, ray_tables):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-def test_deferred_tasks_wait_a_bounded_number_of_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deferred_tasks_wait_a_bounded_number_of_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          costs: CountedCosts, at_once: AtOnce) -> None:
     """With DEFER_VERSIONS = 0 a deferred task runs at the first server version after its
     release (so it holds its payload one round at most): the same tables; of SCAFFOLD's
     dropped tasks only those released after the last version never run."""
     from fedclock.actors import client_states
 
     case = DEFER_CASES["scaffold_deadline_drop"]
-    costs = CountedCosts()
-    at_once, ran_all, _ = _deferral_run(tmp_path / "at_once", monkeypatch, Runtime("inline"), False, costs, **case)
+    reference, ran_all, _ = at_once("scaffold_deadline_drop")
     monkeypatch.setattr(client_states, "DEFER_VERSIONS", 0)
     bounded, ran, discarded = _deferral_run(tmp_path / "bounded", monkeypatch, Runtime("inline"), True, costs,
                                             **case)
     assert ran_all - discarded < ran < ran_all  # measured: 37 at once, 36 bounded, 30 with the default window
-    for a, b in zip(at_once, bounded):
+    for a, b in zip(reference, bounded):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
