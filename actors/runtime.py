@@ -25,6 +25,7 @@ from fedclock.actors.client_states import ClientStates
 from fedclock.actors.evaluation import Evaluation
 from fedclock.actors.executor import ClientExecutor
 from fedclock.actors.federation import Federation
+from fedclock.actors.held_object import HeldObject
 from fedclock.actors.grouping import InstantGroups
 from fedclock.actors.launcher import InFlight, Launcher
 from fedclock.actors.payloads import PayloadCache
@@ -85,6 +86,7 @@ class Runtime:
             self._starting.start()
         else:
             self.transport = InlineTransport()
+        self._federation = HeldObject(self.transport)
 
     def _start(self, prestart: tuple[RuntimeConfig, int] | None) -> None:
         """The background thread: wait for Ray, then start the first run's actors (if
@@ -178,7 +180,7 @@ class Runtime:
                 f"runtime.num_actors, or use pooled placement")
         executors = self._executors(cfg, count)
         t = self.transport
-        fed_h, alg_h = t.put(federation), t.put(algorithm)
+        fed_h, alg_h = self._federation.handle(federation), t.put(algorithm)
         setup = (fed_h, alg_h, seed, cfg.device, cfg.vectorize, cfg.task_wall_timeout_s)
         unique = list({id(e): e for e in executors}.values())
         for e, handle in [(e, t.call(e, "setup", *setup)) for e in unique]:
@@ -226,6 +228,7 @@ class Runtime:
             pass
         self._kill(self._pool + ([self._server] if self._server is not None else []))
         self._pool, self._server, self._pool_shape = [], None, None
+        self._federation.release()
         if self._starting is not None:
             self._starting.join()
             self._starting = None

@@ -20,6 +20,13 @@ permutations drawn from the task's generator) meet meta tensors as meta tensors.
 ``FakeTensorMode``: it refuses value reads and cannot move a module it built to the device
 it is already on (``Module.to``), which algorithms that build helper modules lazily do.
 
+What the count costs a process once: its first operator makes PyTorch import ``torch._dynamo``
+(every ``TorchDispatchMode``'s ``__torch_dispatch__`` and the meta kernels' type promotion are
+marked not to compile, and the mark imports the compiler on first use): 1.7-2.5 s on the 2-core
+machine, the largest single item of a cold one-round run (``benchmarks/RESULTS.md``, "Issue 34
+...: the FLOP count's import of TorchDynamo"); the grid's worker server imports it once for all
+its workers (:mod:`fedclock.scenarios.grid_workers`).
+
 Memory (:class:`MemoryTrace`) is traced in the same run: the bytes of the tensors autograd
 saves for backward (the activations of the batch), followed through saved-tensor hooks and
 released when autograd frees them, so the trace knows the peak of live activations; the

@@ -92,6 +92,20 @@ def tree_pss(root: int) -> int:
     return total
 
 
+def tree_pss_by_role(root: int) -> dict[str, int]:
+    """:func:`tree_pss` of ``root`` and its descendants, summed by role (as
+    :func:`tree_cpu_by_role`: ``driver``, ``server``, ``executors``, ``ray``)."""
+    out = {"driver": 0, "server": 0, "executors": 0, "ray": 0}
+    for pid in _tree_values(root, lambda f: 0.0):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss = next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0) * 1024
+        except OSError:
+            continue
+        out[_role(pid, root)] += pss
+    return out
+
+
 def tree_cpu_by_pid(root: int) -> dict[int, float]:
     """User + system CPU seconds of ``root`` and of each of its live descendants, by pid."""
     return _tree_values(root, lambda f: (int(f[11]) + int(f[12])) / TICKS)

@@ -4,6 +4,7 @@
     python benchmarks/ray_startup.py --repeats 3 --spans --before-python OLD/bin/python --out startup.json
     python benchmarks/ray_startup.py --repeats 1 --spans --importtime --out startup.json
     python benchmarks/ray_startup.py --repeats 3 --daemons --out daemons.json
+    python benchmarks/ray_startup.py --repeats 3 --floor --out floor.json
 
 The workload is the quickstart's FedAvg run with 4 clients and 1 round (``benchmarks/grid.py``'s
 ``one_round_file``): its training takes milliseconds, so the whole process is start-up.
@@ -19,6 +20,13 @@ sample is a whole cold process: wall seconds from before it starts to its exit, 
 ``--daemons`` measures Ray's start alone instead, as a run starts it (without the daemons
 ``actors/ray_start.py`` leaves out) and in full, alternately: ``ray.init``'s wall seconds and
 the CPU seconds of Ray's processes by program after 4 s idle.
+
+``--floor`` measures what no change of fedclock's can go below on this machine, beside the
+1-round Ray run (alternately, cold whole processes): Ray started as a run starts it and one
+trivial task on a fresh Ray worker (``ray``: no PyTorch anywhere), and the same with PyTorch
+imported in the driver and in one actor that runs the task (``ray + torch``: the least a run
+that trains in a Ray actor does); wall and CPU seconds as for the runs, and the time the task
+returned (seconds since the process started).
 
 ``--spans`` adds, per repeat and Ray side, one more cold run in a child of this script that
 wraps a few fedclock functions with timestamps before it runs the command (the code that runs
@@ -317,10 +325,76 @@ def daemons(repeats: int) -> list[dict[str, Any]]:
     return out
 
 
+class _TorchHolder:
+    """The floor's actor: imports PyTorch and holds a tensor, as an executor does."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.tensor = torch.zeros(1)
+
+    def task(self) -> float:
+        return float(self.tensor.sum())
+
+
+def floor_child(kind: str, out: Path) -> None:
+    """A cold process that starts Ray as a run does, sends one task (``ray``: a function
+    with no import; ``ray + torch``: an actor that imports PyTorch, while this process imports
+    it too) and writes when the task returned, then ends as the console script ends
+    (:func:`fedclock.scenarios.entry.exit_now`)."""
+    t0 = float(os.environ[T0_VARIABLE])
+    from fedclock.actors.ray_start import RayStart
+
+    starter = RayStart(None)
+    if kind == "ray + torch":
+        import torch  # noqa: F401  (the driver's PyTorch, imported while Ray starts, as a run does)
+    starter.wait()
+    import ray
+
+    if kind == "ray + torch":
+        holder = ray.remote(_TorchHolder).remote()
+        ray.get(holder.task.remote())
+        ray.kill(holder)  # as the run's close does (actors/runtime.py)
+    else:
+        ray.get(ray.remote(lambda: 0.0).remote())
+    done = time.time() - t0
+    out.write_text(json.dumps({"first task returned": done}), encoding="utf-8")
+    starter.close()
+    from fedclock.scenarios.entry import exit_now
+
+    exit_now(0)
+
+
+def floor(repeats: int) -> dict[str, Any]:
+    """The ``--floor`` comparison (module docstring): per repeat a Ray run, then the two floors."""
+    adopt_orphans()
+    names = ("fedclock run, ray", "ray", "ray + torch")
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as folder:
+        path = one_round_file(Path(folder))
+        for _ in range(repeats):
+            for name in names:
+                with tempfile.TemporaryDirectory() as tmp:
+                    if name == names[0]:
+                        samples[name].append(timed_tree(command(sys.executable, ENTRY, path, "ray", tmp)))
+                        continue
+                    os.environ[T0_VARIABLE] = repr(time.time())
+                    out = Path(tmp) / "floor.json"
+                    sample = timed_tree([sys.executable, __file__, "--floor-child", name, str(out)])
+                    samples[name].append(sample | json.loads(out.read_text(encoding="utf-8")))
+    return {"samples": samples,
+            "median_wall_s": {n: statistics.median(s["wall_s"] for s in v) for n, v in samples.items()},
+            "median_cpu_s": {n: statistics.median(s["cpu_s"] for s in v) for n, v in samples.items()},
+            "median_first_task_s": {n: statistics.median(s["first task returned"] for s in v)
+                                    for n, v in samples.items() if n != names[0]}}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         child(argv[3:], Path(argv[1]), argv[2] == "early")
+    if argv[:1] == ["--floor-child"]:
+        floor_child(argv[1], Path(argv[2]))
     if argv[:1] == ["--daemons-child"]:
         daemons_child(argv[1])
         return
@@ -336,9 +410,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--daemons", action="store_true",
                         help="instead: Ray's own processes started as a run starts them and in full, alternately")
+    parser.add_argument("--floor", action="store_true",
+                        help="instead: the 1-round Ray run beside Ray alone and Ray with PyTorch in one actor")
     args = parser.parse_args(argv)
     load = os.getloadavg()
-    figures: dict[str, Any] = {"daemons": daemons(args.repeats)} if args.daemons else interleaved(args)
+    figures: dict[str, Any]
+    if args.daemons:
+        figures = {"daemons": daemons(args.repeats)}
+    else:
+        figures = floor(args.repeats) if args.floor else interleaved(args)
     figures["load_average"] = {"before": load, "after": os.getloadavg()}
     text = json.dumps(figures, indent=1)
     if args.out is not None:

@@ -7,7 +7,9 @@ evaluation only (``evaluation.personalized: false``). Each population size runs 
 child process; a watcher thread there sums the resident memory of that process and all its
 descendants (the Ray daemons and actors) from /proc and keeps the peak; beside it the peak of
 their proportional set sizes (PSS, ``/proc/PID/smaps_rollup``), which counts a page shared by
-several processes (Ray's object store, the libraries) once in all instead of once per process.
+several processes (Ray's object store, the libraries) once in all instead of once per process,
+and that peak's split by process (``peak_pss_by_role_MiB``: the driver, the server actor, the
+executors, Ray's other processes with the object store).
 ``data_MiB`` is the federation's sample tensors (training pool and global test set: the data
 itself), and ``per_client_B`` (``per_client_pss_B``) the peak RSS (PSS) beyond the data and
 beyond the same run's fixed cost, estimated as the smallest size's peak less its data, per
@@ -27,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from proctree import tree_cpu_by_pid, tree_pss, tree_rss  # benchmarks/ is the script's folder
+from proctree import tree_cpu_by_pid, tree_pss_by_role, tree_rss  # benchmarks/ is the script's folder
 
 
 def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | None, features: int) -> None:
@@ -38,12 +40,17 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     from fedclock.scenarios.loader import parse_suite
 
     peak = [0, 0]  # RSS, PSS
+    at_peak: dict[str, int] = {}  # the PSS by role when the PSS peaked
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
             peak[0] = max(peak[0], tree_rss(os.getpid()))
-            peak[1] = max(peak[1], tree_pss(os.getpid()))
+            by_role = tree_pss_by_role(os.getpid())
+            if sum(by_role.values()) > peak[1]:
+                peak[1] = sum(by_role.values())
+                at_peak.clear()
+                at_peak.update(by_role)
             time.sleep(0.1)
 
     def scenario(n_rounds: int):
@@ -78,7 +85,8 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     thread.join()
     print(f"clients={clients} cohort={cohort or max(1, clients // 100)} rounds={rounds} "
           f"s_per_round={wall / rounds:.3f} peak_rss_MiB={peak[0] / 2**20:.0f} peak_pss_MiB={peak[1] / 2**20:.0f} "
-          f"data_MiB={data / 2**20:.0f} cpu_s={cpu:.1f}", flush=True)
+          f"data_MiB={data / 2**20:.0f} cpu_s={cpu:.1f} "
+          f"peak_pss_by_role_MiB={','.join(f'{k}:{v / 2**20:.0f}' for k, v in at_peak.items())}", flush=True)
 
 
 def main() -> None:

@@ -3,8 +3,9 @@ without importing PyTorch here, so that the console script can start them first.
 
 Measured on the 2-core box (``benchmarks/RESULTS.md``, "Grid side by side, third pass"): a
 fresh process pays about 7 CPU seconds before its first run does any work: importing PyTorch,
-pandas and fedclock, and PyTorch's own lazy import of ``torch._dynamo`` at a process's first
-forward pass of an ``nn.Flatten`` or first optimizer step (about 2 CPU s of it). One after
+pandas and fedclock, and PyTorch's own lazy import of ``torch._dynamo`` at the run's FLOP count
+(about 2 CPU s of it: the first operator counted on meta tensors calls a function PyTorch marks
+not to compile, :mod:`fedclock.algorithms.flop_count`). One after
 another that is paid once; a ``spawn``-ed worker pays it again, inside its first run, so each
 run side by side was slower than alone and the grid used several times the CPU. On Linux the
 workers are therefore forked from one ``forkserver`` process (Python's ``multiprocessing``)
@@ -31,7 +32,9 @@ PRELOAD = ("fedclock.scenarios.grid", "pandas", "torch._dynamo")
 """What the forkserver imports once for every worker: the grid (PyTorch, NumPy, pyarrow,
 pydantic and the fedclock modules a run uses), pandas (the result writers import it lazily)
 and ``torch._dynamo``, which PyTorch imports lazily at a process's first call of a function
-it marks not to compile (``nn.Flatten.forward``, the optimizers' steps)."""
+it marks not to compile (a dispatch mode's ``__torch_dispatch__`` and the meta kernels' type
+promotion, both met by the FLOP count of every run: ``benchmarks/RESULTS.md``, "Issue 34 ...:
+the FLOP count's import of TorchDynamo")."""
 
 
 def forks_workers() -> bool:
