@@ -80,7 +80,7 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
     np.cumsum(held_out, out=ends_test[1:])
     flat_train, flat_test = np.empty(ends_train[-1], dtype=np.int64), np.empty(ends_test[-1], dtype=np.int64)
     for k, idx in enumerate(parts):
-        tr, te = client_test_split(idx, cfg.client_test_fraction, rng)
+        tr, te = client_test_split(idx, cfg.client_test_fraction, rng, int(held_out[k]))
         flat_train[ends_train[k]:ends_train[k + 1]] = tr
         flat_test[ends_test[k]:ends_test[k + 1]] = te
     train = ClientIndex(flat_train, ends_train)
