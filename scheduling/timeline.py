@@ -90,7 +90,7 @@ class ScriptedDevices(Devices):
         """The array of ``field`` (``compute``, ``down_mbps``, ...) to change in place; the
         first call copies every array, so the population's own stay as drawn."""
         if self._shared:
-            for name in ("compute", "down_mbps", "up_mbps", "latency_s", "memory_gb"):
+            for name in (*DEVICE_COLUMNS, "memory_gb"):
                 setattr(self, name, getattr(self, name).copy())
             self._shared = False
         array: np.ndarray = getattr(self, field)
