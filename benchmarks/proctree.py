@@ -77,24 +77,12 @@ def tree_rss(root: int) -> int:
     return int(tree_sum(root, lambda f: int(f[21]) * PAGE))
 
 
-def tree_pss(root: int) -> int:
-    """Proportional resident bytes of ``root`` and its descendants (``Pss`` of
-    ``/proc/PID/smaps_rollup``): a page mapped by several of them (Ray's shared-memory object
+def tree_pss_by_role(root: int) -> dict[str, int]:
+    """Proportional resident bytes (``Pss`` of ``/proc/PID/smaps_rollup``) of ``root`` and its
+    descendants, summed by role (as :func:`tree_cpu_by_role`: ``driver``, ``server``,
+    ``executors``, ``ray``): a page mapped by several of them (Ray's shared-memory object
     store, the libraries' code) counts once in all, split among them, where :func:`tree_rss`
     counts it once per process."""
-    total = 0
-    for pid in _tree_values(root, lambda f: 0.0):
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                total += next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0) * 1024
-        except OSError:
-            continue
-    return total
-
-
-def tree_pss_by_role(root: int) -> dict[str, int]:
-    """:func:`tree_pss` of ``root`` and its descendants, summed by role (as
-    :func:`tree_cpu_by_role`: ``driver``, ``server``, ``executors``, ``ray``)."""
     out = {"driver": 0, "server": 0, "executors": 0, "ray": 0}
     for pid in _tree_values(root, lambda f: 0.0):
         try:
