@@ -259,6 +259,13 @@ def _slowest_imports(top: int) -> list[tuple[str, float]]:
     return sorted(best, key=lambda r: -r[1])[:top]
 
 
+def medians(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The samples of each side with the median of their wall and of their CPU seconds."""
+    return {"samples": samples,
+            "median_wall_s": {n: statistics.median(s["wall_s"] for s in v) for n, v in samples.items()},
+            "median_cpu_s": {n: statistics.median(s["cpu_s"] for s in v) for n, v in samples.items()}}
+
+
 def interleaved(args: argparse.Namespace) -> dict[str, Any]:
     """Cold whole processes, the sides alternately, ``--repeats`` each; with ``--spans`` a
     timeline of each Ray side per repeat as well."""
@@ -274,10 +281,7 @@ def interleaved(args: argparse.Namespace) -> dict[str, Any]:
                     samples[name].append(timed_tree(command(python, module, path, backend, tmp)))
                 if args.spans and name in timelines:
                     timelines[name].append(spans_run(args, python, early=module == ENTRY))
-    figures: dict[str, Any] = {
-        "samples": samples,
-        "median_wall_s": {b: statistics.median(s["wall_s"] for s in v) for b, v in samples.items()},
-        "median_cpu_s": {b: statistics.median(s["cpu_s"] for s in v) for b, v in samples.items()}}
+    figures = medians(samples)
     if args.spans:
         figures["timelines"] = timelines
         figures["median_first_task_s"] = {b: statistics.median(t["first task sent: end"] for t in v)
@@ -382,11 +386,10 @@ def floor(repeats: int) -> dict[str, Any]:
                     out = Path(tmp) / "floor.json"
                     sample = timed_tree([sys.executable, __file__, "--floor-child", name, str(out)])
                     samples[name].append(sample | json.loads(out.read_text(encoding="utf-8")))
-    return {"samples": samples,
-            "median_wall_s": {n: statistics.median(s["wall_s"] for s in v) for n, v in samples.items()},
-            "median_cpu_s": {n: statistics.median(s["cpu_s"] for s in v) for n, v in samples.items()},
-            "median_first_task_s": {n: statistics.median(s["first task returned"] for s in v)
-                                    for n, v in samples.items() if n != names[0]}}
+    figures = medians(samples)
+    figures["median_first_task_s"] = {n: statistics.median(s["first task returned"] for s in v)
+                                      for n, v in samples.items() if n != names[0]}
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
