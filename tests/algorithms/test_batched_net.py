@@ -11,8 +11,8 @@ from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.vectorized import SGDTask
 
 from tests.algorithms.test_vectorized import assert_same, client, rng, run_both
+from tests.numerics import sgd_atol
 
-ATOL = 1e-5
 CASES = [("mlp", (1, 6, 6)), ("logistic", (7,)), ("spfl_cnn_padded", (1, 8, 8)), ("cnn5", (1, 6, 6)),
          ("spfl_cnn_padded", (2, 5, 7)), ("spfl_cnn", (1, 17, 19))]  # odd sides: floor pooling; two input channels
 
@@ -26,6 +26,12 @@ def per_client(factory: ModelFactory, flat: torch.Tensor, x: torch.Tensor, y: to
     loss = (per_sample * mask).sum() / mask.sum().clamp(min=1.0)
     grads = torch.autograd.grad(loss, list(model.parameters()))
     return loss.detach(), torch.cat([g.reshape(-1) for g in grads])
+
+
+def one_step_atol(factory: ModelFactory, shape: tuple[int, ...], b: int = 4) -> float:
+    """The batched pass and autograd sum each product in other orders: the bound of one SGD
+    step of the model on batches of ``b`` (:mod:`tests.numerics`), on values of order 1."""
+    return sgd_atol(factory.build(), shape, b, 1)
 
 
 def setup(name: str, shape: tuple[int, ...], k: int = 3, b: int = 4):
@@ -42,20 +48,23 @@ def setup(name: str, shape: tuple[int, ...], k: int = 3, b: int = 4):
     return factory, starts, x, y, mask, net
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{'x'.join(map(str, s))}" for n, s in CASES])
 def test_losses_and_gradients_match_autograd(name: str, shape: tuple[int, ...]) -> None:
     factory, starts, x, y, mask, net = setup(name, shape)
     weights = net.split(starts)
     grads = [torch.full_like(w, float("nan")) for w in weights]
     losses = net.step(weights, x, y, mask, grads)
+    atol = one_step_atol(factory, shape)
     for j, start in enumerate(starts):
         loss, grad = per_client(factory, start, x[j], y[j], mask[j])
-        assert float(losses[j]) == pytest.approx(float(loss), abs=ATOL)
-        torch.testing.assert_close(BatchedNet.join(grads, j), grad, atol=ATOL, rtol=0)
+        assert float(losses[j]) == pytest.approx(float(loss), abs=atol)
+        torch.testing.assert_close(BatchedNet.join(grads, j), grad, atol=atol, rtol=0)
         torch.testing.assert_close(BatchedNet.join(weights, j), start, atol=0, rtol=0)  # not changed
     assert float(BatchedNet.join(grads, 2).abs().max()) == 0.0  # no samples: no gradient
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name,shape", CASES[:4], ids=[n for n, _ in CASES[:4]])
 def test_fused_update_is_sgd_step(name: str, shape: tuple[int, ...]) -> None:
     factory, starts, x, y, mask, net = setup(name, shape)
@@ -63,7 +72,8 @@ def test_fused_update_is_sgd_step(name: str, shape: tuple[int, ...]) -> None:
     net.step(weights, x, y, mask, None, lr=0.3)
     for j, start in enumerate(starts):
         _, grad = per_client(factory, start, x[j], y[j], mask[j])
-        torch.testing.assert_close(BatchedNet.join(weights, j), start - 0.3 * grad, atol=ATOL, rtol=0)
+        torch.testing.assert_close(BatchedNet.join(weights, j), start - 0.3 * grad, atol=one_step_atol(factory, shape),
+                                   rtol=0)
 
 
 def test_step_needs_grads_or_lr() -> None:

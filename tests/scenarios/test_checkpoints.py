@@ -24,6 +24,7 @@ from fedclock.scenarios.run_costs import CountedCosts
 from tests.actors.test_determinism import ASYNC_HETEROGENEOUS
 from tests.actors.test_heterogeneity_determinism import FLAKY_PARTIAL
 from tests.conftest import scenario
+from tests.numerics import assert_close_events, assert_close_metrics, run_bounds
 from tests.user_runs import kill_run_when
 
 TABLES = ("metrics", "events", "clients", "timeline")
@@ -219,6 +220,7 @@ def test_resume_after_sigkill_of_the_driver_equals_an_uninterrupted_run(tmp_path
     assert wall.is_monotonic_increasing  # the resumed rows go on from the checkpoint's wall time
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("sections, crash", [
     ({**ASYNC, "mode": {"type": "async", "concurrency": 4}}, 13),
     ({**SYNC, "algorithm": {"name": "fedavg", "lr": 0.1, "local_steps": 4, "batch_size": 16}}, 8),
@@ -242,8 +244,8 @@ def test_a_resumed_vectorized_run_equals_an_uninterrupted_one(tmp_path: Path, mo
     left, right = _tables(tmp_path / "plain"), _tables(tmp_path / "crashed")
     for name in ("clients", "timeline"):
         pd.testing.assert_frame_equal(left[name], right[name], check_exact=True, obj=name)
-    pd.testing.assert_frame_equal(left["events"].drop(columns=["train_loss"]),
-                                  right["events"].drop(columns=["train_loss"]), check_exact=True, obj="events")
-    pd.testing.assert_series_equal(left["events"].train_loss, right["events"].train_loss, check_exact=False, atol=1e-5)
-    pd.testing.assert_frame_equal(left["metrics"], right["metrics"], check_exact=False, atol=1e-5, obj="metrics")
+    # restarted tasks may be grouped with others: the same sums in other orders (tests/numerics.py)
+    bounds = run_bounds(with_ckpt, left["clients"])
+    assert_close_events(left["events"], right["events"], bounds)
+    assert_close_metrics(left["metrics"], right["metrics"], bounds)
     assert len(left["metrics"]) > 3
