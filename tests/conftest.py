@@ -1,6 +1,7 @@
 """Shared fixtures: one Ray instance per test session, and small scenario builders."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -8,6 +9,28 @@ import pytest
 
 from fedclock.scenarios.loader import parse_suite
 from fedclock.scenarios.schema import Scenario
+
+REPORTED_PACKAGES = ("torch", "numpy", "pandas", "pyarrow", "PyYAML", "pydantic", "ray", "scipy", "simpy")
+"""The dependencies whose versions every test run prints in its header."""
+
+
+def pytest_report_header() -> list[str]:
+    """The CPU kernel path PyTorch runs on (``ATEN_CPU_CAPABILITY`` when set) and the installed
+    versions of the main dependencies: what a failure on another machine must be read with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def found(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    return [f"torch CPU kernels: {torch.backends.cpu.get_cpu_capability()}"
+            + (f" (ATEN_CPU_CAPABILITY={forced})" if forced else ""),
+            "versions: " + ", ".join(f"{name} {found(name)}" for name in REPORTED_PACKAGES)]
 
 
 @pytest.fixture(scope="session")
