@@ -22,5 +22,11 @@ def test_readme_scenario_example_validates(tmp_path: Path, capsys: pytest.Captur
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     command = "pip install -e '.[test]' && pytest"
     assert command in README
-    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")]
-    assert lines[-1] == command
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+             if ln.strip() and not ln.strip().startswith("#")]
+    assert command in lines
+    # after it only the documented extra step: the numerics tests under the lower kernel paths
+    assert lines[lines.index(command) + 1:] == ["python -m tests.kernel_paths"]
+    assert "python -m tests.kernel_paths" in README
+    # in a virtual environment made anew before it (the newest versions the ranges allow)
+    assert any(ln.startswith("python3 -m venv --clear") for ln in lines[:lines.index(command)])
