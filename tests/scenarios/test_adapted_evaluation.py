@@ -17,6 +17,7 @@ from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.loader import ScenarioError
 from tests.conftest import scenario
 from tests.scenarios.one_line import one_line_error
+from tests.scenarios.runs import assert_resume_is_bit_identical
 
 ADAPTED = ["adapted_accuracy_mean", "adapted_accuracy_p10", "adapted_accuracy_p90"]
 QUIET = {"progress": False, "flush_every_s": 0}
@@ -136,3 +137,24 @@ def test_ids_of_the_adapted_rows_are_every_client_at_every_evaluation(tmp_path: 
                    evaluation={"per_client": True, "adapted": {"steps": 1}})
     assert c is not None and len(c) == 3 * len(m)
     assert np.array_equal(c["client"].to_numpy(), np.tile([0, 1, 2], len(m)))
+
+
+def test_ray_gives_the_inline_numbers_with_two_executors(ray_runtime: Runtime, tmp_path: Path) -> None:
+    """On Ray, two pooled executors share the clients' adaptations: every column, the adapted
+    ones included, is the inline run's (each client's batches depend on the seed, the client
+    and the version only)."""
+    sections = {k: v for k, v in CASES["fedasync-async-vectorized"].items() if k != "runtime"}
+    sections["evaluation"] = {"every": 2, "adapted": {"steps": 4, "lr": 0.1}}
+    inline_m, inline_e, _ = _run(tmp_path / "inline", **sections, runtime={"backend": "inline"})
+    run_scenario(scenario(**sections, runtime={"backend": "ray", "num_actors": 2, "placement": "pooled"},
+                          output=QUIET), ray_runtime, tmp_path / "ray")
+    ray_m = pd.read_parquet(tmp_path / "ray" / "metrics.parquet").drop(columns="wall_time")
+    pd.testing.assert_frame_equal(ray_m, inline_m, check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ray" / "events.parquet"), inline_e, check_exact=True)
+
+
+def test_a_resumed_run_keeps_the_adapted_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sections = dict(CASES["fedavg-sync"], stop={"rounds": 6},
+                    evaluation={"every": 2, "per_client": True, "adapted": {"steps": 2}})
+    plain = assert_resume_is_bit_identical(sections, tmp_path, monkeypatch, every=2, crash=5)
+    assert pd.read_parquet(plain / "metrics.parquet")["adapted_accuracy_mean"].notna().all()
