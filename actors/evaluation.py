@@ -1,5 +1,6 @@
-"""Evaluation on the executors: the global model on the global test set, and each client's
-model on its own test split."""
+"""Evaluation on the executors: the global model on the global test set, each client's
+model on its own test split, and each client's adapted copy of the global model on its own
+test split (``evaluation.adapted``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedclock.actors.calls import ActorCalls
+from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.base import EvalResult
 
 GLOBAL_EVAL_CHUNK = 512
@@ -17,20 +19,30 @@ depend on how many executors share the chunks)."""
 class Evaluation:
     """Spreads one run's evaluations over its executors."""
 
-    def __init__(self, calls: ActorCalls, num_clients: int, num_test: int, batch_size: int) -> None:
+    def __init__(self, calls: ActorCalls, num_clients: int, num_test: int, batch_size: int,
+                 adaptation: AdaptedEvaluation | None = None) -> None:
         self.calls = calls
         self.num_clients = num_clients
         self.num_test = num_test
         """Size of the global test set."""
         self.batch_size = batch_size
+        self.adaptation = adaptation
+        """``evaluation.adapted`` (None: off)."""
 
-    def global_result(self) -> EvalResult:
-        """The global model on the global test set, in fixed chunks of
-        :data:`GLOBAL_EVAL_CHUNK` samples spread over the executors (idle at an evaluation in
-        sync mode) and added up in chunk order: the same sums whatever the number of
-        executors, each chunk computed single-threaded as everywhere else."""
+    def global_state(self) -> Any:
+        """A handle of the server's current global state, for :meth:`global_result` and
+        :meth:`adapted` of one evaluation."""
+        return self.calls.t.put(self.calls.on_server("current_state"))
+
+    def global_result(self, state_ref: Any = None) -> EvalResult:
+        """The global model (``state_ref``, default the server's current state) on the global
+        test set, in fixed chunks of :data:`GLOBAL_EVAL_CHUNK` samples spread over the
+        executors (idle at an evaluation in sync mode) and added up in chunk order: the same
+        sums whatever the number of executors, each chunk computed single-threaded as
+        everywhere else."""
         calls = self.calls
-        state_ref = calls.t.put(calls.on_server("current_state"))
+        if state_ref is None:
+            state_ref = self.global_state()
         slots = calls.distinct_slots()
         starts = range(0, self.num_test, GLOBAL_EVAL_CHUNK)
         work = [(slots[k % len(slots)], (a, min(a + GLOBAL_EVAL_CHUNK, self.num_test))) for k, a in enumerate(starts)]
@@ -55,4 +67,19 @@ class Evaluation:
             lambda slot, chunk: calls.t.call(calls.executors[slot], "evaluate", [clients[i] for i in chunk],
                                              [payloads[i] for i in chunk], [states[i] for i in chunk],
                                              self.batch_size))
+        return [r for part in parts for r in part]
+
+    def adapted(self, state_ref: Any) -> list[EvalResult]:
+        """Every client's adapted copy of the global model (``state_ref``) on its own test
+        split (client order), the clients cut into one consecutive chunk per executor; each
+        client's result is the same whichever executor computes it
+        (:meth:`~fedclock.actors.executor.ClientExecutor.evaluate_adapted`)."""
+        assert self.adaptation is not None, "adapted evaluation without evaluation.adapted"
+        calls, adaptation = self.calls, self.adaptation
+        slots = calls.distinct_slots()
+        chunks = [c for c in np.array_split(np.arange(self.num_clients), len(slots)) if len(c)]
+        parts = calls.on_executors(
+            "adapted evaluation", list(zip(slots, chunks)),
+            lambda slot, chunk: calls.t.call(calls.executors[slot], "evaluate_adapted", state_ref,
+                                             [int(c) for c in chunk], adaptation, self.batch_size))
         return [r for part in parts for r in part]

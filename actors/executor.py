@@ -16,6 +16,7 @@ from fedclock.actors.federation import Federation
 from fedclock.actors.task_io import TaskInputs, TaskReport, grouped
 from fedclock.actors.watchdog import wall_limit
 from fedclock.actors.wire import map_tensors
+from fedclock.algorithms.adapted import AdaptedEvaluation, adapted_evaluate
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, EvalResult, ServerState, Tensors
 from fedclock.algorithms.vectorized import client_updates
 from fedclock.algorithms.vectorized_eval import evaluate_clients, evaluates_vectorized
@@ -130,3 +131,17 @@ class ClientExecutor:
             return out
         return [self.algorithm.evaluate_client(p, s, self._data(c), batch_size)
                 for c, p, s in zip(clients, payloads, states)]
+
+    def evaluate_adapted(self, state: ServerState, clients: list[int], adaptation: AdaptedEvaluation,
+                         batch_size: int) -> list[EvalResult]:
+        """Each client's adapted copy of the global model on its own test split
+        (``evaluation.adapted``, :mod:`fedclock.algorithms.adapted`): the batches of client
+        ``c`` at server version ``v`` from the stream (seed, ``Stream.ADAPT``, c, v), so
+        the results do not depend on which executor computes them, and training draws nothing
+        from it. One client at a time, also with ``vectorize`` > 1."""
+        assert self.algorithm is not None, "executor used before setup()"
+        alg = self.algorithm
+        weights = alg.global_weights(state).to(self.device)
+        return [adapted_evaluate(alg.workspace, alg.model_factory, weights, self._data(c), alg.params, adaptation,
+                                 torch_rng(self.seed, Stream.ADAPT, c, state.version), batch_size)
+                for c in clients]

@@ -58,6 +58,8 @@ class Session:
         """Started tasks not yet applied or released, by task index."""
         self.clients_evaluated: Callable[[list[EvalResult]], None] | None = None
         """Where each personalized evaluation's per-client results go (the recorder)."""
+        self.clients_adapted: Callable[[list[EvalResult]], None] | None = None
+        """Where each adapted evaluation's per-client results go (``evaluation.adapted``; the recorder)."""
         self.after_evaluation: Callable[[], None] | None = None
         """Called at the end of each evaluation computed here (an analysis at chosen versions)."""
 
@@ -151,7 +153,8 @@ class Session:
 
     def evaluate(self) -> dict[str, float]:
         self.launcher.flush()
-        g = self.evaluation.global_result()
+        state_ref = self.evaluation.global_state()
+        g = self.evaluation.global_result(state_ref)
         out = {"global_accuracy": g.accuracy, "global_loss": g.loss, **self.calls.on_server("metrics")}
         if self.algorithm.personalized:
             self.states.settle_all()
@@ -163,6 +166,13 @@ class Session:
                        personal_accuracy_p90=float(np.quantile(accs, 0.9)))
             if self.clients_evaluated is not None:
                 self.clients_evaluated(self.client_results)
+        if self.evaluation.adaptation is not None:  # evaluation only: no state, no clock, no training stream
+            adapted = self.evaluation.adapted(state_ref)
+            accs = np.array([r.accuracy for r in adapted if r.count > 0])
+            out.update(adapted_accuracy_mean=float(np.mean(accs)), adapted_accuracy_p10=float(np.quantile(accs, 0.1)),
+                       adapted_accuracy_p90=float(np.quantile(accs, 0.9)))
+            if self.clients_adapted is not None:
+                self.clients_adapted(adapted)
         if self.after_evaluation is not None:
             self.after_evaluation()
         return out

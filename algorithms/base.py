@@ -448,10 +448,26 @@ class Algorithm(ABC, Generic[P]):
         reports every task the server gives up on)."""
         return type(self).server_task_failed is not Algorithm.server_task_failed
 
+    def global_weights(self, state: ServerState) -> torch.Tensor:
+        """The global model as a flat vector of :attr:`model_factory`'s layout: what
+        :meth:`evaluate_global` tests and what ``evaluation.adapted`` adapts on every client
+        (:mod:`fedclock.algorithms.adapted`). Default: ``state.tensors["weights"]``; an
+        algorithm whose global model is another tensor (SPFL's mean of the personalized
+        models) overrides this, not :meth:`evaluate_global`."""
+        return state.tensors["weights"]
+
+    @classmethod
+    def adapted_problem(cls, params: AlgorithmParams) -> str | None:
+        """A one-line error when ``evaluation.adapted`` cannot score this algorithm with these
+        hyper-parameters (its global model is no classifier to adapt by supervised
+        cross-entropy); None when it can."""
+        return None
+
     def evaluate_global(self, state: ServerState, x: torch.Tensor, y: torch.Tensor,
                         batch_size: int) -> EvalResult:
-        """The server model on a test set (on an executor; summed, see :class:`EvalResult`)."""
-        return evaluate_flat(self.workspace, self.model_factory, state.tensors["weights"], x, y, batch_size)
+        """The server model (:meth:`global_weights`) on a test set (on an executor; summed,
+        see :class:`EvalResult`)."""
+        return evaluate_flat(self.workspace, self.model_factory, self.global_weights(state), x, y, batch_size)
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:

@@ -13,7 +13,8 @@ so no algorithm writes its own loop:
 * :func:`train_part` — ``local_sgd`` on one part with its own learning rate and step count;
 * :func:`with_head` / :func:`with_body` — a flat model vector with one part replaced;
 * :func:`finetune_evaluate` — fine-tune a flat model on a client's train split, then test
-  it on the client's test split (FedAvg-FT, FedBABU).
+  it on the client's test split (FedAvg-FT, FedBABU); :func:`tuned_evaluate` — the same for
+  a given step count and generator (also ``evaluation.adapted``, :mod:`fedclock.algorithms.adapted`).
 
 Flat vectors follow :class:`~fedclock.algorithms.models.ModelFactory`'s layout: the body is
 ``flat[factory.body]`` and the head ``flat[factory.head]`` (both contiguous).
@@ -91,9 +92,19 @@ def finetune_evaluate(model: nn.Module, factory: ModelFactory, weights: torch.Te
     ``epochs == 0`` tests ``weights`` as they are. The fine-tuning batches come from
     :func:`finetune_rng`.
     """
-    if epochs > 0 and data.num_train > 0:
-        steps = epoch_steps(data.num_train, params.batch_size, epochs)
-        tuned, _ = train_part(model, factory, weights, data, params, finetune_rng(data.client), steps, part)
+    steps = epoch_steps(data.num_train, params.batch_size, epochs) if epochs > 0 and data.num_train > 0 else 0
+    return tuned_evaluate(model, factory, weights, data, params, steps, finetune_rng(data.client), batch_size, part)
+
+
+def tuned_evaluate(model: nn.Module, factory: ModelFactory, weights: torch.Tensor, data: ClientData,
+                   params: AlgorithmParams, steps: int, rng: torch.Generator, batch_size: int,
+                   part: Part = "all") -> EvalResult:
+    """``steps`` SGD steps of :func:`train_part` (``part`` only, ``params``' settings, batches
+    from ``rng``) from ``weights`` on the client's train split, then the tuned copy on the
+    client's test split. ``steps == 0`` (or no training samples) tests ``weights`` as they
+    are. The tuned copy is thrown away (FedAvg-FT, FedBABU, ``evaluation.adapted``)."""
+    if steps > 0 and data.num_train > 0:
+        tuned, _ = train_part(model, factory, weights, data, params, rng, steps, part)
     else:
         tuned = weights
     factory.load_flat(model, tuned)

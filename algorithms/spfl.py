@@ -287,9 +287,9 @@ class SPFL(ModelStages, Algorithm[SPFLParams]):
                  "mean_similarity": float(v)} for u, s, c, v in state.tensors["diag/similarity"].tolist()]
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate_global(self, state: ServerState, x: torch.Tensor, y: torch.Tensor,
-                        batch_size: int) -> EvalResult:
-        return evaluate_flat(self.workspace, self.model_factory, self.mean_model(state), x, y, batch_size)
+    def global_weights(self, state: ServerState) -> torch.Tensor:
+        """The mean of the personalized models, ``w_bar`` (:meth:`mean_model`)."""
+        return self.mean_model(state)
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:

@@ -351,6 +351,16 @@ class ObjectiveMixin:
         supervised only, so the loader rejects an unlabeled objective for it in one line."""
         return cls.objectives  # reset on every Algorithm subclass that does not declare it
 
+    @classmethod
+    def adapted_problem(cls, params: AlgorithmParams) -> str | None:
+        """``evaluation.adapted`` adapts a classifier by supervised cross-entropy: refused for
+        a self-supervised objective (its global model is an encoder, scored by k-NN)."""
+        objective = getattr(params, "objective", "supervised")
+        if objective in SSL_OBJECTIVES:
+            return (f"evaluation.adapted: needs a classifier to adapt, algorithm.objective {objective!r} trains an "
+                    f"encoder (allowed: supervised)")
+        return None
+
     def __init__(self, params: ObjectiveParams, model_factory: ModelFactory) -> None:
         if getattr(params, "objective", "supervised") in SSL_OBJECTIVES:  # params without the field: supervised
             model_factory = ssl_factory(model_factory, params.objective, params.projector_hidden,

@@ -3,7 +3,9 @@
 For every run directory found (see :mod:`fedclock.scenarios.rundirs`) one row:
 
 * final global accuracy (last evaluation), best global accuracy, final personalized accuracy
-  (mean and 10th percentile over clients);
+  (mean and 10th percentile over clients), and when any run has it the final mean adapted
+  accuracy (``evaluation.adapted``: every algorithm's clients scored after the same local
+  adaptation of the global model, :mod:`fedclock.algorithms.adapted`);
 * ``auc_global_accuracy``, the area under the accuracy curve as convergence speed: the mean
   global accuracy over the run's evaluations (all of them, version 0 included), i.e. the area
   under the accuracy-vs-evaluation curve divided by its length; runs compared on it must share
@@ -128,6 +130,8 @@ def compare_runs(runs: Sequence[RunResults], targets: Sequence[float] | None = N
             "personal_accuracy_mean": _get(last, "personal_accuracy_mean"),
             "personal_accuracy_p10": _get(last, "personal_accuracy_p10"),
         }
+        if last is not None and not pd.isna(last.get("adapted_accuracy_mean", float("nan"))):
+            row["adapted_accuracy_mean"] = _get(last, "adapted_accuracy_mean")
         for t in targets:
             time_to, version_to = reach(m, t, metric)
             label = target_label(t, metric)
@@ -224,6 +228,8 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
     caption = (f"s/ver. to T: virtual seconds and server version (= rounds in sync mode) of the first evaluation "
                f"with {which} accuracy >= T (- = never); AUC = mean global accuracy over the evaluations; "
                "pers. = final mean / p10 personalized accuracy; "
+               + ("adapted = final mean accuracy after evaluation.adapted's local steps; "
+                  if "adapted_accuracy_mean" in frame.columns else "") +
                "staleness = mean over applied")
     if seeded:
         caption += ("; a ± b = mean ± std across seeds (a alone: the same for every seed), (k/n) = seeds that "
@@ -240,6 +246,7 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
         ("global %", "global_accuracy", _pct), ("best %", "best_global_accuracy", _pct),
         ("AUC %", "auc_global_accuracy", _pct),
         ("pers. %", "personal_accuracy_mean", _pct), ("pers. p10 %", "personal_accuracy_p10", _pct),
+        ("adapted %", "adapted_accuracy_mean", _pct),
     ]
     for col in frame.columns:
         if col.startswith("time_to_") and not col.endswith("_std"):

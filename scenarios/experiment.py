@@ -313,9 +313,11 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
     feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
-                              scenario.evaluation.batch_size, scenario.evaluation.personalized)
+                              scenario.evaluation.batch_size, scenario.evaluation.personalized,
+                              scenario.evaluation.adapted)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     session.clients_evaluated = writer.clients_evaluated
+    session.clients_adapted = writer.clients_adapted
     writer.participation = Participation(federation.client_sizes())
     selector = build_selector(scenario.selection, seed, scenario.plugin_dir)
     cka_at = scenario.analysis.at_rounds if scenario.analysis is not None else None

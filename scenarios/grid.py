@@ -70,6 +70,7 @@ from fedclock.scenarios.runstatus import FINISHED, read_status
 from fedclock.actors.runtime import Runtime
 from fedclock.actors.session import Session
 from fedclock.actors.runtime_config import RuntimeConfig
+from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.base import Algorithm
 from fedclock.scenarios.federation import Federation
 
@@ -439,7 +440,8 @@ class SharedRuntime(Runtime):
         self.share = share
 
     def session(self, cfg: RuntimeConfig, federation: Federation, algorithm: Algorithm, seed: int,
-                evaluation_batch: int, personalized: bool) -> Session:
+                evaluation_batch: int, personalized: bool,
+                adapted: AdaptedEvaluation | None = None) -> Session:
         if self.backend == "ray" and cfg.num_actors is None and cfg.placement != "dedicated":
             cfg = cfg.model_copy(update={"num_actors": max(1, int(self.share // cfg.num_cpus))})
-        return super().session(cfg, federation, algorithm, seed, evaluation_batch, personalized)
+        return super().session(cfg, federation, algorithm, seed, evaluation_batch, personalized, adapted)

@@ -405,7 +405,8 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None, impo
                 raise ScenarioError(f"{where}: {field}.type: algorithm {name!r} always runs its full local work "
                                     f"(allowed: full; got {cfg.type!r})")
     problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis) or \
-        links_problem(cls, scenario.upload, scenario.download, scenario.runtime.vectorize)
+        links_problem(cls, scenario.upload, scenario.download, scenario.runtime.vectorize) or \
+        (cls.adapted_problem(params) if scenario.evaluation.adapted is not None else None)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     if scenario.runtime.vectorize > 1:

@@ -9,7 +9,9 @@ separate tables so that every row of events.parquet stays a task. ``clients.parq
 holds each client's initial device profile (before timeline changes), device class and tags.
 ``client_metrics.parquet`` has one row per client per evaluation: the client's personalized
 model on its own test split (accuracy and loss; NaN for a client without test samples, see
-``num_test``), with the virtual time, server version and round of the evaluation.
+``num_test``), with the virtual time, server version and round of the evaluation, and with
+``evaluation.adapted`` the client's adapted copy of the global model on the same split
+(``adapted_accuracy``, ``adapted_loss``; null without it).
 
 Tables are written incrementally and survive a crash at any point. Rows accumulate in memory
 and the whole file is rewritten atomically (temporary file, then rename) at most every
@@ -60,6 +62,8 @@ METRICS_SCHEMA = pa.schema([
     ("global_accuracy", pa.float64()), ("global_loss", pa.float64()),
     ("personal_accuracy_mean", pa.float64()), ("personal_accuracy_p10", pa.float64()),
     ("personal_accuracy_p90", pa.float64()),
+    ("adapted_accuracy_mean", pa.float64()), ("adapted_accuracy_p10", pa.float64()),
+    ("adapted_accuracy_p90", pa.float64()),
     ("tasks_applied", pa.int64()), ("tasks_dropped", pa.int64()), ("bytes_total", pa.int64()),
     ("dp_epsilon", pa.float64()), ("dp_delta", pa.float64()), ("dp_uploads_max", pa.int64()),
     ("participation_jain", pa.float64()), ("never_picked_fraction", pa.float64()),
@@ -79,6 +83,7 @@ CLIENTS_SCHEMA = pa.schema([
 CLIENT_METRICS_SCHEMA = pa.schema([
     ("client", pa.int64()), ("version", pa.int64()), ("round", pa.int64()), ("virtual_time", pa.float64()),
     ("accuracy", pa.float64()), ("loss", pa.float64()), ("num_test", pa.int64()),
+    ("adapted_accuracy", pa.float64()), ("adapted_loss", pa.float64()),
 ])
 
 TIMELINE_SCHEMA = pa.schema([
@@ -328,6 +333,8 @@ class ResultsWriter:
         self._client_results: Sequence[Any] = ()
         """Each client's result of the evaluation just made, as the backend handed it
         (:meth:`clients_evaluated`)."""
+        self._client_adapted: Sequence[Any] = ()
+        """Each client's adapted result of the evaluation just made (:meth:`clients_adapted`)."""
         self.flush_every_s = flush_every_s
         self.on_progress = on_progress
         self.totals = RunTotals()
@@ -389,6 +396,13 @@ class ResultsWriter:
         evaluation it is computing; :meth:`evaluated` records them (``evaluation.per_client``)."""
         self._client_results = list(results)
 
+    def clients_adapted(self, results: Sequence[Any]) -> None:
+        """The backend hands each client's adapted result (``evaluation.adapted``, an
+        :class:`~fedclock.algorithms.base.EvalResult` per client, in client order) of the
+        evaluation it is computing; :meth:`evaluated` records them beside the personalized
+        ones (``evaluation.per_client``)."""
+        self._client_adapted = list(results)
+
     def evaluated(self, now: float, version: int, round_index: int, metrics: dict[str, float]) -> None:
         row = {"virtual_time": now, "wall_time": self.wall_time, "version": version, "round": round_index, **metrics,
                "tasks_applied": self.totals.applied, "tasks_dropped": self.totals.dropped,
@@ -397,10 +411,13 @@ class ResultsWriter:
         self.metrics.append(row)
         if not self.muted:  # a resumed run's replay computes nothing; its rows come back from disk
             if self.client_metrics is not None:
+                adapted = self._client_adapted
                 for client, result in enumerate(self._client_results):
                     self.client_metrics.append({"client": client, "version": version, "round": round_index,
                                                 "virtual_time": now, "accuracy": result.accuracy,
-                                                "loss": result.loss, "num_test": result.count})
+                                                "loss": result.loss, "num_test": result.count,
+                                                "adapted_accuracy": adapted[client].accuracy if adapted else None,
+                                                "adapted_loss": adapted[client].loss if adapted else None})
         self.last_accuracy = metrics.get("global_accuracy")
         self.last_metrics = dict(metrics)
         self.last_round = round_index

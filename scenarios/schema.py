@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, 
 
 # The sections the clock and the runtime act on are models of their own layers; this module composes
 # them into the file format (import them from their own modules).
+from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
@@ -223,6 +224,9 @@ class EvaluationConfig(StrictModel):
     per_client: bool = Field(default=False, description="write each client's personalized accuracy and loss at every "
                              "evaluation to client_metrics.parquet (needs personalized: true)")
     personalized: bool = True
+    adapted: AdaptedEvaluation | None = Field(
+        default=None, description="also score every client after `steps` local SGD steps from the global model on its "
+        "own train split (adapted_accuracy_* columns; the same rule for every algorithm); default: off")
     batch_size: Annotated[int, Field(ge=1)] = 2048
     linear: LinearEvalConfig = Field(default_factory=LinearEvalConfig)
 
@@ -277,11 +281,15 @@ class ServerOptimizerSection(StrictModel):
 
 
 def evaluation_problem(scenario: "Scenario") -> str | None:
-    """A one-line error when ``evaluation.per_client`` or an ``at_rounds`` list cannot be met."""
+    """A one-line error when ``evaluation.per_client``, ``evaluation.adapted`` or an ``at_rounds``
+    list cannot be met."""
     ev = scenario.evaluation
     if ev.per_client and not ev.personalized:
         return ("evaluation.per_client: needs evaluation.personalized: true (it records each client's personalized "
                 "model)")
+    if ev.adapted is not None and scenario.dataset.client_test_fraction == 0:
+        return ("evaluation.adapted: needs every client's own test split, but dataset.client_test_fraction is 0; "
+                "remove evaluation.adapted")
     stop = scenario.stop
     bounds = [b for b in (stop.versions, stop.rounds if isinstance(scenario.mode, SyncMode) else None) if b is not None]
     last = min(bounds) if bounds else None

@@ -32,6 +32,10 @@ class Stream(IntEnum):
     COMPLETENESS = 10
     CONNECTIVITY = 11
     SELECTION = 12
+    ADAPT = 13
+    """``evaluation.adapted``'s batch order, keyed by (client, server version): its own
+    stream, so scoring never consumes training randomness and two algorithms run with one
+    seed adapt each client on the same batches (:mod:`fedclock.algorithms.adapted`)."""
 
 
 class DataStream(IntEnum):

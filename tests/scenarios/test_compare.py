@@ -191,3 +191,18 @@ def test_seeds_fold_into_mean_and_std(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "70.00 ± 20.00" in text and "(2/3)" in text
     assert main(["compare", str(tmp_path / "suite"), "--per-seed"]) == 0
     assert len(pd.read_parquet(tmp_path / "suite" / "compare.parquet")) == 4
+
+
+def test_adapted_accuracy_column_only_when_a_run_has_it(tmp_path: Path) -> None:
+    """``evaluation.adapted`` runs get their final mean adapted accuracy in the table; runs
+    without it leave the cell empty, and a suite of runs without it has no such column."""
+    plain = _write_run(tmp_path / "s" / "plain", [0, 10], [0, 1], [0.2, 0.5])
+    adapted = _write_run(tmp_path / "s" / "adapted", [0, 10], [0, 1], [0.2, 0.5])
+    metrics = pd.read_parquet(adapted / "metrics.parquet")
+    metrics["adapted_accuracy_mean"] = [0.3, 0.72]
+    metrics.to_parquet(adapted / "metrics.parquet")
+    frame = compare_runs(find_runs([tmp_path / "s"]))
+    by_name = frame.set_index("dir")
+    assert by_name.loc["adapted", "adapted_accuracy_mean"] == 0.72
+    assert math.isnan(by_name.loc["plain", "adapted_accuracy_mean"])
+    assert "adapted_accuracy_mean" not in compare_runs(find_runs([plain])).columns

@@ -30,7 +30,8 @@ def test_at_rounds_and_per_client_rows(tmp_path: Path) -> None:
     assert list(metrics["version"]) == [0, 1, 3, 5, 7]
     rows = pd.read_parquet(tmp_path / "client_metrics.parquet")
     assert len(rows) == 4 * len(metrics)  # clients x evaluations
-    assert list(rows.columns) == ["client", "version", "round", "virtual_time", "accuracy", "loss", "num_test"]
+    assert list(rows.columns) == ["client", "version", "round", "virtual_time", "accuracy", "loss", "num_test",
+                                  "adapted_accuracy", "adapted_loss"]  # the last two null without evaluation.adapted
     for _, m in metrics.iterrows():
         at = rows[rows["version"] == m["version"]]
         assert sorted(at["client"]) == [0, 1, 2, 3] and (at["virtual_time"] == m["virtual_time"]).all()
