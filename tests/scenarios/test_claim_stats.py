@@ -213,3 +213,22 @@ def test_holm_by_hand() -> None:
     assert adjusted[1] == pytest.approx(0.06) and adjusted[3] == pytest.approx(0.06)
     assert holm([0.6, 0.7]) == [pytest.approx(1.0), pytest.approx(1.0)]  # capped at 1
     assert expected_false_holds(12) == pytest.approx(0.3)
+
+
+def test_the_readme_worked_example() -> None:
+    """docs/reproductions/README.md: PLGA 95.2, 95.6, 96.0 against FedAsync 94.0, the paper's
+    effect 3.43 points, margin 1.715: differences 1.2, 1.6, 2.0 points, interval 1.6 ± 0.9937,
+    holds, 0.47x; one-sided p 0.5 - 6.928 / (2 sqrt(2 + 6.928²)) = 0.0101. PLGA 93.6, 94.2, 94.8:
+    interval 0.2 ± 1.4905 inside ± 1.715, excluding 3.43: does not hold, 0.058x."""
+    b = [0.94, 0.94, 0.94]
+    row = assess([0.952, 0.956, 0.960], b, "greater", 0.0343 / 2, 0.0343)
+    assert row.stats is not None
+    assert (row.stats.low, row.stats.high) == (pytest.approx(0.016 - 0.009937, abs=1e-6),
+                                               pytest.approx(0.016 + 0.009937, abs=1e-6))
+    assert row.verdict == HOLDS and size_words(row) == "holds in sign; smaller than the paper's (0.47x)"
+    assert row.p == pytest.approx(0.0101, abs=1e-4)
+    row = assess([0.936, 0.942, 0.948], b, "greater", 0.0343 / 2, 0.0343)
+    assert row.stats is not None
+    assert (row.stats.low, row.stats.high) == (pytest.approx(0.002 - 0.014905, abs=1e-6),
+                                               pytest.approx(0.002 + 0.014905, abs=1e-6))
+    assert row.verdict == DOES_NOT_HOLD and size_words(row) == "0.058x the paper's size"
