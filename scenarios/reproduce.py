@@ -551,8 +551,9 @@ def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) ->
     for run_dir in run_dirs:
         status = read_status(run_dir)
         made = status.commit if status is not None else ""
-        if made != state.commit:
-            by_commit.setdefault(made, []).append(str(run_dir))
+        if made == state.commit or (state.clean is False and made == f"{state.commit} +dirty"):
+            continue  # made here (a dirty tree's changes are the header's)
+        by_commit.setdefault(made, []).append(str(run_dir))
     for made, dirs in by_commit.items():
         if not made:
             lines.append(f"- {len(dirs)} reused run(s) record no commit (made by an older fedclock).")

@@ -108,6 +108,10 @@ def test_report_lists_runs_made_at_another_commit(repo: Path, tmp_path: Path) ->
         "(`algorithms/`) differ from this commit's.",
         "- 1 reused run(s) record no commit (made by an older fedclock).",
     ]
+    # from a dirty tree: runs made at its commit with changes are its own, not listed
+    dirty = SourceState(first, False, repo, ("x",), (), "0" * 12)
+    assert provenance_lines(dirty, dirs[2:3]) == provenance_lines(dirty, [])[:1]
+    assert len(provenance_lines(dirty, [])) == 1
     assert provenance_lines(SourceState("fedclock 0.1.0 (installed package)", None), dirs[:0]) == [
         "Source: fedclock 0.1.0 (installed package) (not a git checkout: whether it has local changes is unknown)."]
 

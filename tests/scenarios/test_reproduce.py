@@ -225,6 +225,7 @@ def test_dirty_tree_is_refused_unless_allowed(tmp_path: Path, monkeypatch: pytes
     assert "--allow-dirty`" in text
     assert (f"Source: commit `{dirty.commit}` **with uncommitted changes** (--allow-dirty): sha256 of `git diff HEAD` "
             "and the untracked names `0123456789ab`; untracked: new.txt.") in text
+    assert "Runs made at another commit" not in text  # the runs just made record this commit (+dirty)
 
 
 def test_b_metric_and_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
