@@ -385,7 +385,7 @@ def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> t
     rows = metrics.dropna(subset=[column]) if column in metrics else metrics.iloc[0:0]
     if rows.empty:
         hint = {"personal": " (evaluate it, e.g. evaluation.personalized)",
-                "adapted": " (evaluate it: the adapted evaluation)"}.get(kind, "")
+                "adapted": " (evaluate it: evaluation.adapted)"}.get(kind, "")
         raise ClaimError(f"claim {claim.id}: the run has no {column}{hint}")
     acc = rows[column].to_numpy(dtype=float)
     if metric.startswith("final_"):
