@@ -9,6 +9,14 @@ FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``)
     seeds: 3                               # default seeds per (scenario, run); --seeds overrides
     overrides: {stop.versions: 25}         # --set-style overrides for every scenario (optional)
     notes: "free text printed under the title (optional)"
+    margin: 0.01                           # margin of claims with neither margin: nor paper_effect:
+    paper_setting:                         # the paper's setting per scenario file (optional), keyed
+      library/spfl_plga/table2_plga_quick: # by a claim's scenario: exactly as written there
+        source: "Sec. 5.1"
+        fields:
+          clients: {paper: 100, ours: population.num_clients, source: "Sec. 5.1"}
+          lr: {paper: 0.001, ours: algorithm.lr, runs: [plga], note: "0.001 does not train in 25 versions"}
+          momentum: {paper: null, ours: algorithm.momentum}   # null: the paper does not state it
     claims:
     - id: t2-plga-vs-fedasync              # unique, [A-Za-z0-9_.-]
       source: "Table 2"                    # table / figure / section of the paper
@@ -22,22 +30,34 @@ FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``)
       b_metric: linear_personalization_zero  # B's metric when it differs from A's (optional; then b
                                            # may name A's own run: two probes of one run, paired)
       direction: greater                   # greater | less | equal: the claimed sign of A - B
-      margin: 0.01                         # equivalence margin, in the metric's unit (default 0.01)
+      paper_effect: 0.0343                 # the paper's A - B (or A - reference) in the metric's unit
+                                           # (accuracy as a fraction, versions, virtual s, CKA fraction)
+      margin: 0.01                         # margin in the metric's unit (default: the rule below)
+      pairing: paired                      # paired | unpaired (A and B see different data: Welch)
       target: 0.8                          # only for rounds_to_target / time_to_target
       reference: 0.9725                    # single cell only: the paper's number in the metric's unit
       overrides: {dataset.name: mnist1d}   # this claim's own overrides (merged over the family's)
       plot: true                           # also draw A's and B's curves (PNG beside the report)
       ablation: true                       # mark the row as an ablation (component off)
 
+The margin (:meth:`Claim.margin_for`; every report prints the rule): a directional claim
+with ``paper_effect`` uses half of |paper_effect| unless it gives ``margin``, which may not
+exceed |paper_effect| (refused at load); a directional claim without ``paper_effect``, and an
+equality claim, use its ``margin`` or else the set's ``margin``. On an equality claim
+``paper_effect`` is the paper's own small gap, shown on the report's size axis.
+
 Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
 
-* ``final_global`` / ``final_personal``: global accuracy / mean personalized accuracy at the
-  last evaluation;
-* ``auc_global`` / ``auc_personal``: the mean of that accuracy over the run's evaluations
-  (area under the accuracy curve per evaluation);
+* ``final_global`` / ``final_personal`` / ``final_adapted``: global accuracy / mean
+  personalized accuracy (each algorithm's own personalized model) / mean accuracy after
+  the same local adaptation for every method (column ``adapted_accuracy_mean``) at the last
+  evaluation;
+* ``auc_global`` / ``auc_personal`` / ``auc_adapted``: the mean of that accuracy over the
+  run's evaluations (area under the accuracy curve per evaluation);
 * ``rounds_to_target`` / ``time_to_target``: the server version / virtual seconds of the
-  first evaluation with global accuracy >= ``target`` (a seed that never reaches it counts
-  as its last evaluation's version / time, and the report says how many did not);
+  first evaluation with global accuracy >= ``target``; a seed that never reaches it is
+  censored (+inf, never a value; :mod:`fedclock.scenarios.claim_stats`), and the report says
+  on how many seeds each side reached it;
   ``rounds_to_target_personal`` / ``time_to_target_personal``: the same with the mean
   personalized accuracy (FedReCo's Table 2 times personalized methods to 85 %);
 * ``linear_generalization`` / ``linear_transfer`` / ``linear_personalization`` /
@@ -56,8 +76,18 @@ Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
 
 A claim compares A with B paired by seed (same partition and initial model: both come from
 the scenario seed only, see :mod:`fedclock.scenarios.federation` and
-:mod:`fedclock.scheduling.rng`), or, without ``b``, A with the number ``reference``. The
+:mod:`fedclock.scheduling.rng`), or, without ``b``, A with the number ``reference``. When A's
+and B's runs differ in what defines the data a seed sees (the ``dataset`` section,
+``population.num_clients``, ``seed``) a seed pairs nothing: such a claim must say
+``pairing: unpaired`` (Welch's interval), else ``fedclock reproduce`` refuses it. The
 statistics and verdict rule are in :mod:`fedclock.scenarios.claim_stats`.
+
+``paper_setting`` states the paper's setting as data: per scenario file, fields of
+``paper`` (the paper's value; null when the paper does not state it), ``ours`` (a dotted
+path into the resolved scenario, e.g. ``population.num_clients``, ``algorithm.lr``,
+``dataset.partition.alpha``, ``stop.rounds``), ``source`` (where in the paper), ``runs``
+(only these runs, e.g. one algorithm's own constant) and ``note`` (why ours differs). The
+report prints it as a table with our values read from the resolved runs (never typed).
 """
 from __future__ import annotations
 
@@ -68,19 +98,76 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-METRICS = ("final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target", "time_to_target",
+METRICS = ("final_global", "final_personal", "final_adapted", "auc_global", "auc_personal", "auc_adapted",
+           "rounds_to_target", "time_to_target",
            "rounds_to_target_personal", "time_to_target_personal",
            "linear_generalization", "linear_transfer", "linear_personalization", "linear_personalization_swapped",
            "linear_personalization_zero", "linear_personalization_content", "cka_depth_drop", "cka_rise",
            "cka_head_gap")
 """The metrics a claim may compare."""
 
-Metric = Literal["final_global", "final_personal", "auc_global", "auc_personal", "rounds_to_target",
+Metric = Literal["final_global", "final_personal", "final_adapted", "auc_global", "auc_personal", "auc_adapted",
+                 "rounds_to_target",
                  "time_to_target", "rounds_to_target_personal", "time_to_target_personal", "linear_generalization",
                  "linear_transfer", "linear_personalization",
                  "linear_personalization_swapped", "linear_personalization_zero",
                  "linear_personalization_content", "cka_depth_drop", "cka_rise", "cka_head_gap"]
 Direction = Literal["greater", "less", "equal"]
+Pairing = Literal["paired", "unpaired"]
+
+SCORING = {
+    "global": "the bare global model",
+    "personal": "each algorithm's own personalized model (as the paper's tables)",
+    "adapted": "every method adapted by the same local steps",
+    "linear": "a linear probe on the frozen encoder",
+    "cka": "CKA of each client's local model against the global model",
+}
+"""What a metric scores (:func:`scoring`), by kind."""
+
+ACCURACY_COLUMN = {"global": "global_accuracy", "personal": "personal_accuracy_mean",
+                   "adapted": "adapted_accuracy_mean"}
+"""The ``metrics.parquet`` column an accuracy metric reads, by kind."""
+
+
+def metric_kind(metric: str) -> str:
+    """``global``, ``personal``, ``adapted``, ``linear`` or ``cka``: what the metric scores."""
+    if metric.startswith(("linear_", "cka_")):
+        return metric.split("_", 1)[0]
+    for kind in ("personal", "adapted"):
+        if metric.endswith(f"_{kind}"):
+            return kind
+    return "global"
+
+
+def scoring(metric: str) -> str:
+    """The scoring of a metric in words (:data:`SCORING`)."""
+    return SCORING[metric_kind(metric)]
+
+
+class SettingField(BaseModel):
+    """One field of the paper's setting against the run's (``paper_setting``, module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paper: str | int | float | bool | None
+    """The paper's value; None: the paper does not state it."""
+    ours: str = Field(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
+    """A dotted path into the resolved scenario, e.g. ``algorithm.lr``."""
+    source: str = ""
+    """Where in the paper."""
+    runs: list[str] | None = None
+    """Only these runs (e.g. one algorithm's own constant); None: every run the claims use."""
+    note: str = ""
+    """Why ours differs."""
+
+
+class PaperSetting(BaseModel):
+    """The paper's setting of one scenario file (``paper_setting``, module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = ""
+    fields: dict[str, SettingField]
 
 
 class ClaimError(Exception):
@@ -102,7 +189,9 @@ class Claim(BaseModel):
     metric: Metric
     b_metric: Metric | None = None
     direction: Direction
-    margin: float = Field(0.01, gt=0)
+    margin: float | None = Field(None, gt=0)
+    paper_effect: float | None = None
+    pairing: Pairing = "paired"
     target: float | None = None
     reference: float | None = None
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -123,7 +212,34 @@ class Claim(BaseModel):
             raise ValueError("b_metric: needs b: (the run it is measured on)")
         if self.b_metric is not None and self.unit != _unit(self.b_metric):
             raise ValueError(f"b_metric: {self.b_metric} is not in the unit of metric {self.metric}")
+        if self.pairing == "unpaired" and self.b is None:
+            raise ValueError("pairing: unpaired needs b: (a single cell has nothing to pair)")
+        e = self.paper_effect
+        if e is not None and self.direction != "equal":
+            if (e <= 0 if self.direction == "greater" else e >= 0):
+                raise ValueError(f"paper_effect: {e:g} contradicts direction {self.direction} "
+                                 f"(the paper's A - B must be {'> 0' if self.direction == 'greater' else '< 0'})")
+            if self.margin is not None and self.margin > abs(e):
+                raise ValueError(f"margin: {self.margin:g} is larger than |paper_effect| {abs(e):g} "
+                                 "(allowed: at most the paper's effect; default half of it)")
         return self
+
+    def margin_for(self, set_margin: float) -> float:
+        """The margin this claim's verdict uses: explicit ``margin``; else, for a directional
+        claim with ``paper_effect``, half of |paper_effect|; else the set's ``margin``."""
+        if self.margin is not None:
+            return self.margin
+        if self.direction != "equal" and self.paper_effect is not None:
+            return abs(self.paper_effect) / 2
+        return set_margin
+
+    def margin_origin(self) -> str:
+        """Where :meth:`margin_for` takes the margin from, in words."""
+        if self.margin is not None:
+            return "the claim's margin"
+        if self.direction != "equal" and self.paper_effect is not None:
+            return "half the paper's effect"
+        return "the set's margin"
 
     @property
     def metric_of_b(self) -> Metric:
@@ -165,6 +281,10 @@ class ClaimSet(BaseModel):
     seeds: int = Field(3, ge=2, le=100)
     overrides: dict[str, Any] = Field(default_factory=dict)
     notes: str = ""
+    margin: float = Field(0.01, gt=0)
+    """Margin of the claims without their own and without the paper's effect (metric units)."""
+    paper_setting: dict[str, PaperSetting] = Field(default_factory=dict)
+    """The paper's setting per scenario file, keyed by a claim's ``scenario:`` as written."""
     claims: list[Claim] = Field(min_length=1)
 
     @field_validator("claims")
@@ -176,6 +296,15 @@ class ClaimSet(BaseModel):
                 raise ValueError(f"claim id {c.id!r} appears twice")
             seen.add(c.id)
         return claims
+
+    @model_validator(mode="after")
+    def _settings_of_claimed_scenarios(self) -> ClaimSet:
+        scenarios = {c.scenario for c in self.claims}
+        for key in self.paper_setting:
+            if key not in scenarios:
+                raise ValueError(f"paper_setting: {key!r} is no claim's scenario: (allowed: "
+                                 f"{', '.join(sorted(scenarios))})")
+        return self
 
 
 def claims_dir() -> Path:

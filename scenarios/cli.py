@@ -9,6 +9,7 @@
     fedclock compare DIR... [--target ACC ...] [--metric global|personal] [--per-seed] [--out DIR]
     fedclock traces convert IN OUT [--clients N] [--until-s S]
     fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR] [--set KEY=VALUE ...]
+                              [--allow-dirty]
 
 FILE is a path, or the name of a shipped scenario (``quickstart``,
 ``library/async_heterogeneous``). User mistakes print one line, ``fedclock: error: …``, and
@@ -138,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="where FAMILY.md and its PNGs go (default: docs/reproductions)")
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field of every run, e.g. --set runtime.device=cuda (repeatable)")
+    rep.add_argument("--allow-dirty", action="store_true",
+                     help="run from a work tree with uncommitted changes (refused otherwise); the report's header "
+                     "then gives the changes' hash")
     return parser
 
 
@@ -399,7 +403,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     from fedclock.scenarios.reproduce import reproduce
 
     path, outcomes = reproduce(args.family, args.seeds, args.jobs, args.out, args.report,
-                               on_done=lambda job: print(f"  ran {job.out_dir}", flush=True), sets=args.overrides)
+                               on_done=lambda job: print(f"  ran {job.out_dir}", flush=True), sets=args.overrides,
+                               allow_dirty=args.allow_dirty)
     for o in outcomes:
         print(f"{o.claim.id}: {o.verdict}")
     print(f"report: {path}")

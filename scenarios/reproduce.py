@@ -1,6 +1,7 @@
 """``fedclock reproduce FAMILY``: run a paper's claims on several paired seeds and write its report.
 
     fedclock reproduce FAMILY [--seeds N] [--jobs N] [--out DIR] [--report DIR] [--set KEY=VALUE ...]
+                              [--allow-dirty]
 
 FAMILY is a shipped claim set (``scenarios/reproductions/FAMILY.yaml``) or a claim file's
 path; the format is in :mod:`fedclock.scenarios.claims`. For every claim the command runs each
@@ -19,22 +20,36 @@ line and settings show it.
 Pairing: the runs of one file with the same seed share the partition and the clients' test
 splits (seeded by the scenario seed only, :mod:`fedclock.scenarios.federation`) and the
 initial global model (the server's INIT stream, :mod:`fedclock.scheduling.rng`), so A and B
-of one seed differ only in what the claim names.
+of one seed differ only in what the claim names. A claim whose A and B differ in what
+defines a seed's data (:data:`DATA_FIELDS`) is refused unless it says ``pairing: unpaired``
+(:func:`plan`).
+
+Provenance: the command reads the commit and whether the work tree is clean
+(:mod:`fedclock.scenarios.provenance`; the reports and PNGs it writes into the report folder
+are left out of that check). A tree with changes is refused unless ``--allow-dirty``; the
+report's header then gives the hash of the changes. Reused runs made at another commit (their
+``run.json``) are listed, with whether ``algorithms/`` differs between the two commits.
 
 The report, ``REPORT/FAMILY.md`` (default ``docs/reproductions``), says it is generated, by
-which command and at which commit, and has per claim the paper's number, ours as mean ± std,
-the paired difference with its 95 % t confidence interval, the detectable difference at 80 %
-power and the verdict (:mod:`fedclock.scenarios.claim_stats`); a claim with ``plot: true``
-gets a PNG of both runs' accuracy curves (mean ± std over seeds) beside the report.
+which command and from which source, how many rows it tests and how many false "holds" chance
+alone would give; it has per claim the paper's number, the scoring (:func:`fedclock.scenarios.claims.scoring`),
+ours as mean ± std (to-target metrics: over the seeds that reached the target, and on how many
+they did), the pairing, the difference with its 95 % t confidence interval (paired, or
+Welch's), the detectable difference at 80 % power, the verdict, the size against the paper's
+effect and the Holm-adjusted p-value (:mod:`fedclock.scenarios.claim_stats`); then, for the
+scenario files with a ``paper_setting``, a table of the paper's setting against ours read
+from the resolved runs (:func:`setting_tables`). A claim with ``plot: true`` gets a PNG of both
+runs' accuracy curves (mean ± std over seeds) beside the report.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import shutil
-import subprocess
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -51,8 +66,11 @@ import yaml
 
 from fedclock.scenarios.api import execute, load, resolve_path
 from fedclock.scenarios.checkpoints import fingerprint
-from fedclock.scenarios.claim_stats import CONFIDENCE, POWER, Paired, paired, verdict
-from fedclock.scenarios.claims import Claim, ClaimError, ClaimSet, load_claim_set
+from fedclock.scenarios import provenance
+from fedclock.scenarios.claim_stats import (ALPHA, CENSORED, CONFIDENCE, IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR,
+                                            Assessment, Paired, assess, expected_false_holds, holm, size_words)
+from fedclock.scenarios.claims import (ACCURACY_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set, metric_kind,
+                                       scoring)
 from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
@@ -98,11 +116,30 @@ class Outcome:
     claim: Claim
     setting: Setting
     a: list[float]
+    """A's value per seed (+inf: never reached the target)."""
     b: list[float] | None
-    stats: Paired
-    verdict: str
-    unreached: tuple[int, int] = (0, 0)
-    """Seeds of A and of B that never reached the target (to-target metrics)."""
+    row: Assessment
+    margin: float
+    """The margin the verdict used (:meth:`fedclock.scenarios.claims.Claim.margin_for`)."""
+    reached: tuple[int, int] | None = None
+    """Seeds on which A and B reached the target (to-target metrics; B: every seed for a
+    reference number)."""
+    holm: float | None = None
+    """The row's Holm-adjusted p-value over the report's tested rows."""
+
+    @property
+    def verdict(self) -> str:
+        """The verdict, or :data:`fedclock.scenarios.claim_stats.IDENTICAL`."""
+        return self.row.verdict
+
+    @property
+    def stats(self) -> Paired | None:
+        """The interval of A - B (None for identical runs and censored rows)."""
+        return self.row.stats
+
+
+DATA_FIELDS = ("dataset", "population.num_clients", "seed")
+"""What defines the data a seed sees: runs differing in any of these pair nothing."""
 
 
 def plan(claim_set: ClaimSet, claim_file: Path, seeds: int, extra: dict[str, Any] | None = None
@@ -127,7 +164,148 @@ def plan(claim_set: ClaimSet, claim_file: Path, seeds: int, extra: dict[str, Any
             if run is not None:
                 setting.names.add(run)
         out[claim.id] = setting
+        if claim.b is not None and claim.b != claim.a and claim.pairing == "paired":
+            differs = _data_differences(setting, claim.a, claim.b)
+            if differs:
+                raise ClaimError(f"{claim_file}: claims.[{claim.id}]: runs {claim.a!r} and {claim.b!r} see different "
+                                 f"data ({', '.join(differs)}), so a seed pairs nothing; set pairing: unpaired "
+                                 "(Welch's interval)")
     return out
+
+
+def _data_differences(setting: Setting, a: str, b: str) -> list[str]:
+    """The :data:`DATA_FIELDS` (down to the dataset section's first level) in which runs ``a``
+    and ``b`` of ``setting`` differ, on every seed's scenario."""
+    out: dict[str, None] = {}
+    for seed in sorted({s.seed for s in setting.suite.runs}):
+        x, y = resolved_dict(setting.scenario(a, seed)), resolved_dict(setting.scenario(b, seed))
+        for name in DATA_FIELDS:
+            u, v = _lookup(x, name), _lookup(y, name)
+            if isinstance(u, dict) and isinstance(v, dict):
+                for key in sorted(set(u) | set(v)):
+                    if u.get(key) != v.get(key):
+                        out[f"{name}.{key}"] = None
+            elif u != v:
+                out[name] = None
+    return list(out)
+
+
+_MISSING = object()
+
+
+def _lookup(data: Any, path: str) -> Any:
+    """The value at dotted ``path`` in a nested mapping (``_MISSING`` when absent)."""
+    for key in path.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return _MISSING
+        data = data[key]
+    return data
+
+
+@dataclass(frozen=True)
+class SettingRow:
+    """One field of a settings table (:func:`setting_tables`)."""
+
+    field: str
+    paper: str
+    ours: str
+    differs: str
+    """``same``, ``differs`` (every run), ``differs (k of n runs)`` or ``not stated``."""
+    note: str
+
+
+@dataclass(frozen=True)
+class SettingTable:
+    """The paper's setting against one setting's resolved runs (:func:`setting_tables`)."""
+
+    scenario: str
+    setting: Setting
+    source: str
+    rows: list[SettingRow]
+
+
+def setting_tables(claim_set: ClaimSet, claim_file: Path, settings: dict[str, Setting]) -> list[SettingTable]:
+    """For every setting whose claims' ``scenario:`` has a ``paper_setting`` entry, the paper's
+    value of each field against ours, read from the resolved scenario of each run the claims
+    use (or the field's ``runs``) at the field's ``ours`` path; a path that is not there is a
+    one-line :class:`ClaimError` naming the field."""
+    tables: list[SettingTable] = []
+    seen: set[int] = set()
+    for claim in claim_set.claims:
+        entry = claim_set.paper_setting.get(claim.scenario)
+        setting = settings[claim.id]
+        if entry is None or id(setting) in seen:
+            continue
+        seen.add(id(setting))
+        file_runs = list(dict.fromkeys(s.name for s in setting.suite.runs))
+        used = [n for n in file_runs if n in setting.names]
+        seed = setting.suite.runs[0].seed
+        rows: list[SettingRow] = []
+        for name, f in entry.fields.items():
+            where = f"{claim_file}: paper_setting.[{claim.scenario}].fields.{name}"
+            for run in f.runs or []:
+                if run not in file_runs:
+                    raise ClaimError(f"{where}.runs: run {run!r} is not in {setting.path} (its runs: "
+                                     f"{', '.join(file_runs)})")
+            values: dict[str, Any] = {}
+            for run in f.runs or used:
+                value = _lookup(resolved_dict(setting.scenario(run, seed)), f.ours)
+                if value is _MISSING:
+                    raise ClaimError(f"{where}.ours: {f.ours!r} is not in the resolved scenario of run {run!r} "
+                                     "(a dotted path, e.g. algorithm.lr, population.num_clients)")
+                values[run] = value
+            ours = _per_run({run: _value_text(v) for run, v in values.items()})
+            if f.paper is None:
+                differs = "not stated"
+            else:
+                off = sum(not _same(f.paper, v) for v in values.values())
+                differs = "same" if off == 0 else "differs" if off == len(values) else \
+                    f"differs ({off} of {len(values)} runs)"
+            paper = "not stated" if f.paper is None else _value_text(f.paper)
+            rows.append(SettingRow(name, paper + (f" ({f.source})" if f.source else ""), f"{ours} (`{f.ours}`)",
+                                   differs, f.note))
+        tables.append(SettingTable(claim.scenario, setting, entry.source, rows))
+    return tables
+
+
+def _per_run(texts: dict[str, str]) -> str:
+    """One value, or the values with their runs ("run: value"), runs of one value together and
+    the most common value written last as "every other run"."""
+    groups: dict[str, list[str]] = {}
+    for run, text in texts.items():
+        groups.setdefault(text, []).append(run)
+    if len(groups) == 1:
+        return next(iter(groups))
+    ordered = sorted(groups.items(), key=lambda item: len(item[1]))
+    parts = [f"{', '.join(runs)}: {text}" for text, runs in ordered[:-1]]
+    common, runs = ordered[-1]
+    parts.append(f"every other run: {common}" if len(runs) > 1 else f"{runs[0]}: {common}")
+    return "; ".join(parts)
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _same(paper: str | int | float | bool, ours: Any) -> bool:
+    """Whether the paper's value and ours agree: booleans exactly, numbers to a relative 1e-9,
+    text ignoring case and every character but letters, digits and '.' ("CIFAR-10" is
+    "cifar10")."""
+    if isinstance(paper, bool) or isinstance(ours, bool):
+        return isinstance(paper, bool) and isinstance(ours, bool) and paper == ours
+    if isinstance(paper, (int, float)):
+        try:
+            number = float(ours)
+        except (TypeError, ValueError):
+            return False
+        return math.isclose(float(paper), number, rel_tol=1e-9, abs_tol=1e-12)
+    def norm(text: str) -> str:
+        return re.sub(r"[^a-z0-9.]", "", text.lower())
+    return norm(paper) == norm(_value_text(ours))
 
 
 def _scenario_path(name: str, claim_file: Path) -> Path:
@@ -199,13 +377,16 @@ def run_jobs(jobs: Sequence[Job], workers: int, on_done: Callable[[Job], None] |
 
 def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> tuple[float, bool]:
     """The claim's metric (or ``metric``) on one run's ``metrics.parquet`` rows, and whether the
-    run reached the target (always True for metrics without one). Rows without the accuracy are
-    skipped."""
+    run reached the target (always True for metrics without one; a run that never reached it
+    is censored: +inf). Rows without the accuracy are skipped."""
     metric = claim.metric if metric is None else metric
-    column = "personal_accuracy_mean" if metric.endswith("_personal") else "global_accuracy"
+    kind = metric_kind(metric)
+    column = ACCURACY_COLUMN[kind]
     rows = metrics.dropna(subset=[column]) if column in metrics else metrics.iloc[0:0]
     if rows.empty:
-        raise ClaimError(f"claim {claim.id}: the run has no {column} (evaluate it, e.g. evaluation.personalized)")
+        hint = {"personal": " (evaluate it, e.g. evaluation.personalized)",
+                "adapted": " (evaluate it: evaluation.adapted)"}.get(kind, "")
+        raise ClaimError(f"claim {claim.id}: the run has no {column}{hint}")
     acc = rows[column].to_numpy(dtype=float)
     if metric.startswith("final_"):
         return float(acc[-1]), True
@@ -215,7 +396,7 @@ def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> t
     at = "version" if metric.startswith("rounds_to_target") else "virtual_time"
     hit = np.flatnonzero(acc >= claim.target)
     if hit.size == 0:
-        return float(rows[at].iloc[-1]), False
+        return math.inf, False
     return float(rows[at].iloc[int(hit[0])]), True
 
 
@@ -273,22 +454,26 @@ def _metrics(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "metrics.parquet")
 
 
-def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int) -> Outcome:
-    """Measure a claim on its finished runs and give its verdict."""
-    def values(name: str, metric: str) -> tuple[list[float], int]:
+def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int, set_margin: float = 0.01) -> Outcome:
+    """Measure a claim on its finished runs and give its row (:func:`fedclock.scenarios.claim_stats.assess`)
+    with the margin of :meth:`fedclock.scenarios.claims.Claim.margin_for` (``set_margin``: the set's)."""
+    def values(name: str, metric: str) -> list[float]:
         if metric.startswith("linear_"):
-            return [measure_linear(setting.run_dir(out, name, s), claim, metric) for s in range(seeds)], 0
+            return [measure_linear(setting.run_dir(out, name, s), claim, metric) for s in range(seeds)]
         if metric.startswith("cka_"):
-            return [cka_metric(_cka_rows(setting.run_dir(out, name, s), claim), metric)
-                    for s in range(seeds)], 0
-        got = [measure(_metrics(setting.run_dir(out, name, s)), claim, metric) for s in range(seeds)]
-        return [v for v, _ in got], sum(not ok for _, ok in got)
+            return [cka_metric(_cka_rows(setting.run_dir(out, name, s), claim), metric) for s in range(seeds)]
+        return [measure(_metrics(setting.run_dir(out, name, s)), claim, metric)[0] for s in range(seeds)]
 
-    a, missed_a = values(claim.a, claim.metric)
-    b, missed_b = values(claim.b, claim.metric_of_b) if claim.b is not None else (None, 0)
+    a = values(claim.a, claim.metric)
+    b = values(claim.b, claim.metric_of_b) if claim.b is not None else None
+    margin = claim.margin_for(set_margin)
     reference = claim.reference if claim.reference is not None else 0.0
-    stats = paired(a, b if b is not None else reference)
-    return Outcome(claim, setting, a, b, stats, verdict(stats, claim.direction, claim.margin), (missed_a, missed_b))
+    row = assess(a, b if b is not None else reference, claim.direction, margin, claim.paper_effect,
+                 unpaired=claim.pairing == "unpaired")
+    reached = None
+    if claim.target is not None:
+        reached = (sum(math.isfinite(v) for v in a), sum(math.isfinite(v) for v in b) if b is not None else seeds)
+    return Outcome(claim, setting, a, b, row, margin, reached)
 
 
 # --------------------------------------------------------------------------- the report
@@ -297,9 +482,10 @@ def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int) -> Outcome:
 def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | None = None,
               report_dir: Path | None = None,
               on_done: Callable[[Job], None] | None = None,
-              sets: Sequence[str] = ()) -> tuple[Path, list[Outcome]]:
+              sets: Sequence[str] = (), allow_dirty: bool = False) -> tuple[Path, list[Outcome]]:
     """Run ``family``'s claims (module docstring) and write its report; returns the report's path
-    and the outcomes. ``sets``: ``--set`` overrides, ``"key=value"`` each."""
+    and the outcomes. ``sets``: ``--set`` overrides, ``"key=value"`` each; ``allow_dirty``: run
+    from a work tree with uncommitted changes (the report's header then says so)."""
     claim_set, claim_file = load_claim_set(family)
     n = claim_set.seeds if seeds is None else seeds
     if n < 2:
@@ -315,34 +501,92 @@ def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | 
         key, _, value = text.partition("=")
         extra[key.strip()] = value  # a string value is read as --set reads it (scenarios.loader)
     settings = plan(claim_set, claim_file, n, extra)
-    run_jobs(jobs_for(list({id(s): s for s in settings.values()}.values()), out), jobs, on_done)
-    outcomes = [evaluate(c, settings[c.id], out, n) for c in claim_set.claims]
+    tables = setting_tables(claim_set, claim_file, settings)
+    state = provenance.source_state(ignore=lambda p: is_generated_report(p, report_dir))
+    if state.clean is False and not allow_dirty:
+        raise ClaimError(f"reproduce: the work tree {state.root} has uncommitted changes ({len(state.changed)} "
+                         f"file(s), e.g. {state.changed[0]}); commit them, or give --allow-dirty to record the "
+                         "diff's hash in the report")
+    all_jobs = jobs_for(list({id(s): s for s in settings.values()}.values()), out)
+    run_jobs(all_jobs, jobs, on_done)
+    outcomes = [evaluate(c, settings[c.id], out, n, claim_set.margin) for c in claim_set.claims]
+    adjusted = holm([o.row.p for o in outcomes])
+    outcomes = [replace(o, holm=h) for o, h in zip(outcomes, adjusted)]
     report_dir.mkdir(parents=True, exist_ok=True)
     plots = {o.claim.id: plot_claim(o, out, n, report_dir / f"{claim_set.family}_{o.claim.id}.png")
              for o in outcomes if o.claim.plot}
     command = f"fedclock reproduce {family if Path(family).suffix != '.yaml' else claim_file.name}" + (
-        f" --seeds {n}" if seeds is not None else "") + "".join(f" --set {t}" for t in sets)
+        f" --seeds {n}" if seeds is not None else "") + "".join(f" --set {t}" for t in sets) + (
+        " --allow-dirty" if allow_dirty else "")
     path = report_dir / f"{claim_set.family}.md"
-    path.write_text(report_text(claim_set, outcomes, n, command, source_commit(), plots), encoding="utf-8")
+    header = provenance_lines(state, [job.out_dir for job in all_jobs])
+    path.write_text(report_text(claim_set, outcomes, n, command, header, plots, tables), encoding="utf-8")
     return path, outcomes
 
 
-def source_commit() -> str:
-    """The git commit of this source tree (with ``+changes`` when tracked files differ from it)."""
-    here = Path(__file__).resolve().parent
+def is_generated_report(path: Path, report_dir: Path) -> bool:
+    """Whether ``path`` is a file ``fedclock reproduce`` writes into ``report_dir`` (a report
+    ``*.md`` other than ``README.md``, or a ``*.png``): left out of the dirty check, so that
+    regenerating reports one family after another needs no commit in between."""
     try:
-        head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=10", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "diff", "--quiet", "HEAD"],  # tracked files of the repo
-                               capture_output=True, check=False).returncode != 0
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + (" +changes" if dirty else "")
+        inside = path.resolve().parent == report_dir.resolve()
+    except OSError:
+        return False
+    return inside and (path.suffix == ".png" or (path.suffix == ".md" and path.name != "README.md"))
+
+
+def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) -> list[str]:
+    """The report's provenance: the commit and whether the tree is clean (with the diff's hash
+    and the untracked files when not), and the runs made at another commit (their ``run.json``)
+    with whether the algorithm files differ between that commit and this one."""
+    if not state.is_git:
+        lines = [f"Source: {state.commit} (not a git checkout: whether it has local changes is unknown)."]
+    elif state.clean:
+        lines = [f"Source: commit `{state.commit}`, work tree clean."]
+    else:
+        untracked = f"; untracked: {', '.join(state.untracked)}" if state.untracked else ""
+        lines = [f"Source: commit `{state.commit}` **with uncommitted changes** (--allow-dirty): sha256 of "
+                 f"`git diff HEAD` and the untracked names `{state.diff_hash}`{untracked}."]
+    by_commit: dict[str, list[str]] = {}
+    for run_dir in run_dirs:
+        status = read_status(run_dir)
+        made = status.commit if status is not None else ""
+        if made == state.commit or (state.clean is False and made == f"{state.commit} +dirty"):
+            continue  # made here (a dirty tree's changes are the header's)
+        by_commit.setdefault(made, []).append(str(run_dir))
+    for made, dirs in by_commit.items():
+        if not made:
+            lines.append(f"- {len(dirs)} reused run(s) record no commit (made by an older fedclock).")
+            continue
+        sha = made.removesuffix(" +dirty")
+        differ = provenance.algorithms_differ(state.root, sha, state.commit) if state.root is not None else None
+        words = {True: "its algorithm files (`algorithms/`) differ from this commit's",
+                 False: "same algorithm files (`algorithms/`) as this commit",
+                 None: "whether its algorithm files differ is unknown"}[differ]
+        dirty = " (from a work tree with changes)" if made.endswith(" +dirty") else ""
+        lines.append(f"- {len(dirs)} reused run(s) made at `{sha[:10]}`{dirty}: {words}.")
+    if len(lines) > 1:
+        lines.insert(1, "Runs made at another commit:")
+    return lines
 
 
 def _pm(values: Sequence[float], scale: float, unit: str = "") -> str:
     x = np.asarray(values, dtype=float) * scale
     return f"{report_number(x.mean(), unit)} ± {report_number(x.std(ddof=1), unit)}"
+
+
+def _ours(values: Sequence[float], c: Claim) -> str:
+    """Mean ± std over the seeds; for a to-target metric over the seeds that reached the target,
+    with "reached on k of n"."""
+    if c.target is None:
+        return _pm(values, c.scale, c.unit)
+    hit = [v for v in values if math.isfinite(v)]
+    reached = f"reached on {len(hit)} of {len(values)}"
+    if not hit:
+        return f"never ({reached})"
+    if len(hit) == 1:
+        return f"{_shown(hit[0], c)} ({reached})"
+    return f"{_pm(hit, c.scale, c.unit)} ({reached})"
 
 
 def report_number(value: float, unit: str, sign: str = "", decimals: int = 2) -> str:
@@ -353,6 +597,8 @@ def report_number(value: float, unit: str, sign: str = "", decimals: int = 2) ->
 
 
 def _shown(value: float, claim: Claim, sign: str = "", decimals: int = 2) -> str:
+    if math.isinf(value):
+        return "never"
     return report_number(value * claim.scale, claim.unit, sign, decimals)
 
 
@@ -372,59 +618,139 @@ def _shown_path(path: Path) -> str:
     return "/".join(parts[parts.index("scenarios"):]) if "scenarios" in parts else path.name
 
 
-def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, command: str, commit: str,
-                plots: dict[str, Path]) -> str:
-    """The report's Markdown (see the module docstring)."""
+MARGIN_RULE = ("Margin m: for a directional claim with the paper's effect e, m = |e| / 2 unless the claim gives "
+               "its own (never more than |e|); for a directional claim without e, and for an equality claim, the "
+               "claim's margin or else the claim set's.")
+"""The margin rule every report prints (:meth:`fedclock.scenarios.claims.Claim.margin_for`)."""
+
+
+def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, command: str, header: Sequence[str],
+                plots: dict[str, Path], tables: Sequence[SettingTable] = ()) -> str:
+    """The report's Markdown (see the module docstring); ``header``: the provenance lines
+    (:func:`provenance_lines`), ``tables``: the settings tables (:func:`setting_tables`)."""
+    tested = sum(o.row.p is not None for o in outcomes)
     lines = [f"# Reproduction report: {claim_set.title}", "",
-             f"*Generated by `{command}` at commit `{commit}` — do not edit by hand; rerun the command.*", "",
-             f"Paper: {claim_set.paper}", ""]
+             f"*Generated by `{command}` — do not edit by hand; rerun the command.*", "",
+             *header, "", f"Paper: {claim_set.paper}", ""]
     if claim_set.notes:
         lines += [claim_set.notes.strip(), ""]
     lines += [
-        f"Every number is over {seeds} seeds (0..{seeds - 1}), paired: for one seed, A and B share the partition, "
-        "the clients' test splits and the initial model. *ours*: mean ± std (ddof 1) over seeds; *A − B*: the mean "
-        f"paired difference with its {int(CONFIDENCE * 100)} % Student-t confidence interval; *detectable*: the "
-        f"difference this test would detect with {int(POWER * 100)} % power at two-sided alpha "
-        f"{1 - CONFIDENCE:.2f}, (t(0.975, n−1) + t(0.80, n−1)) × SE of the paired differences (5.4 SE at 3 seeds; "
-        "2.8 SE for many seeds). Verdict: *holds* when the interval excludes 0 on the claimed side; *does not hold* "
-        "when it excludes 0 on the other side or lies within ± the claim's margin (for an equality claim: holds "
-        "when within ± margin, does not hold when it excludes 0 and is not within the margin); otherwise *cannot "
-        "tell at this power*. Accuracies in % points, rounds in server versions, time in virtual seconds, "
-        "CKA x 100.", "",
-        "| claim | paper (source) | metric | A | B | ours A | ours B | A − B [95 % CI] | detectable | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
-    for o in outcomes:
-        c = o.claim
-        k, u = c.scale, c.unit
-        b_text = f"`{c.b}`" if c.b is not None else f"ref. {c.reference * k:g}" if c.reference is not None else ""
-        lines.append("| " + " | ".join([
-            f"{c.id}{' (ablation)' if c.ablation else ''}", f"{c.paper} ({c.source})", _metric_text(c), f"`{c.a}`",
-            b_text, _pm(o.a, k, u), _pm(o.b, k, u) if o.b is not None else "–",
-            f"{_shown(o.stats.mean, c, '+')} [{_shown(o.stats.low, c, '+')}, {_shown(o.stats.high, c, '+')}]",
-            _shown(o.stats.detectable, c), f"**{o.verdict}**"]) + " |")
-    lines += ["", "## Claims", ""]
+        f"**{len(outcomes)} rows, {tested} tested** (identical runs are not). Each test runs at one-sided level "
+        f"{ALPHA}, so chance alone would give on average {tested} × {ALPHA} = "
+        f"{expected_false_holds(tested):.2f} false *holds* among them; the *Holm* column is each row's p-value "
+        f"adjusted for the {tested} tests (Holm's step-down; a row holds after adjustment when it is ≤ {ALPHA}).", "",
+        f"Every number is over {seeds} seeds (0..{seeds - 1}). *paired*: for one seed, A and B share the partition, "
+        "the clients' test splits and the initial model; *unpaired (Welch)*: A and B see different data (partition, "
+        "data set or client count), so the interval is Welch's. *ours*: mean ± std (ddof 1) over seeds (over the "
+        "seeds that reached the target for to-target metrics, with on how many they did); *A − B*: the mean "
+        f"difference with its {int(CONFIDENCE * 100)} % Student-t confidence interval; *detectable*: the difference "
+        f"this test would detect with {int(POWER * 100)} % power at two-sided alpha {1 - CONFIDENCE:.2f}, "
+        "(t(0.975, df) + t(0.80, df)) × SE (5.4 SE for 3 paired seeds; 2.8 SE for many seeds).", "",
+        f"Verdict. {MARGIN_RULE} A directional claim *holds* when the interval excludes 0 on the claimed side and "
+        "*does not hold* when it excludes 0 on the other side, or lies wholly inside ± m and excludes the paper's "
+        "effect (inside ± m without a paper effect); an equality claim *holds* when the interval lies wholly inside "
+        "± m and *does not hold* only when it lies wholly outside; otherwise *cannot tell at this power*. To-target "
+        "metrics: a seed that never reaches the target is censored, never a value; with a censored seed, A reaching "
+        "on every seed and B on none decides, else a paired sign rule (exact binomial, one-sided "
+        f"{ALPHA}). Runs equal on every seed get no interval and no verdict. *size*: where the paper's effect lies "
+        "against our interval, and ours / paper; \"a wide factor\" is a ratio of at least "
+        f"{WIDE_FACTOR:g} or at most 1/{WIDE_FACTOR:g} with the paper's effect outside the interval, written "
+        "\"Nx the paper's size\". Accuracies in % points, rounds in server versions, time in virtual seconds, "
+        "CKA x 100. The rule is `scenarios/claim_stats.py`.", "",
+        "| claim | paper (source) | metric | scoring | A | B | ours A | ours B | pairing | A − B [95 % CI] | "
+        "detectable | verdict | size (paper's effect) | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         c = o.claim
         k = c.scale
+        b_text = f"`{c.b}`" if c.b is not None else f"ref. {c.reference * k:g}" if c.reference is not None else ""
+        lines.append("| " + " | ".join([
+            f"{c.id}{' (ablation)' if c.ablation else ''}", f"{c.paper} ({c.source})", _metric_text(c),
+            _scoring_text(c), f"`{c.a}`", b_text, _ours(o.a, c), _ours(o.b, c) if o.b is not None else "–",
+            _pairing(o), _difference(o), _shown(o.stats.detectable, c) if o.stats is not None else "–",
+            f"*{IDENTICAL}*" if o.verdict == IDENTICAL else f"**{o.verdict}**", _size_text(o),
+            f"{o.holm:.3g}" if o.holm is not None else "–"]) + " |")
+    if tables:
+        lines += ["", "## The paper's setting against ours", "",
+                  "Generated from each run's resolved scenario at the field's path (`ours`); never typed by hand.", ""]
+        for table in tables:
+            lines += [f"### `{table.scenario}` (runs in `{table.setting.key}`)"
+                      + (f", paper: {table.source}" if table.source else ""), "",
+                      f"Setting: {_setting_text(table.setting)}", "",
+                      "| field | paper (source) | ours | differs | note |", "|---|---|---|---|---|"]
+            lines += [f"| {r.field} | {r.paper} | {r.ours} | "
+                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {r.note} |"
+                      for r in table.rows]
+            lines.append("")
+    lines += ["", "## Claims", ""]
+    for o in outcomes:
+        c = o.claim
         lines += [f"### {c.id}{' (ablation)' if c.ablation else ''}", "",
                   f"- Paper ({c.source}): {c.statement} — {c.paper}",
                   f"- Setting: {_setting_text(o.setting)}",
-                  f"- Metric: {_metric_text(c)} ({c.unit}); claimed: A {_claimed(c)}",
+                  f"- Metric: {_metric_text(c)} ({c.unit}); scoring: {_scoring_text(c)}; claimed: A "
+                  f"{_claimed(c, o.margin)}",
                   f"- A = `{c.a}` per seed: {', '.join(_shown(v, c) for v in o.a)}"]
         if o.b is not None:
             lines.append(f"- B = `{c.b}` per seed: {', '.join(_shown(v, c) for v in o.b)}")
-        if any(o.unreached):
-            lines.append(f"- Seeds that never reached {c.target}: A {o.unreached[0]}, B {o.unreached[1]} "
-                         "(counted at their last evaluation)")
-        lines += [f"- A − B: {_shown(o.stats.mean, c, '+', 3)}, 95 % CI [{_shown(o.stats.low, c, '+', 3)}, "
-                  f"{_shown(o.stats.high, c, '+', 3)}], SE {_shown(o.stats.se, c, '', 3)}; detectable at 80 % power: "
-                  f"{_shown(o.stats.detectable, c, '', 3)}; "
-                  f"margin ± {c.margin * k:g}",
-                  f"- Verdict: **{o.verdict}**"]
+        if o.reached is not None:
+            lines.append(f"- Reached {c.target:g}: A on {o.reached[0]} of {seeds} seeds, B on {o.reached[1]} of "
+                         f"{seeds}" + (" (B: the reference number)" if c.b is None else ""))
+        lines.append(f"- Pairing: {_pairing(o)}; margin ± {_shown(o.margin, c, '', 3)} ({c.margin_origin()})")
+        if o.row.sign is not None:
+            s = o.row.sign
+            lines.append(f"- Sign rule: {s.wins} seed(s) on the claimed side, {s.losses} on the other, {s.ties} "
+                         f"tie(s) dropped; exact one-sided p {s.p_claimed:.3g} (other side {s.p_other:.3g})")
+        if o.stats is not None:
+            lines.append(f"- A − B: {_shown(o.stats.mean, c, '+', 3)}, 95 % CI [{_shown(o.stats.low, c, '+', 3)}, "
+                         f"{_shown(o.stats.high, c, '+', 3)}], SE {_shown(o.stats.se, c, '', 3)}, df "
+                         f"{o.stats.df:.3g}; detectable at 80 % power: {_shown(o.stats.detectable, c, '', 3)}")
+        if c.paper_effect is not None:
+            ratio = o.row.size.ratio if o.row.size is not None else None
+            lines.append(f"- Paper's effect: {_shown(c.paper_effect, c, '+', 3)}"
+                         + (f"; ours / paper {ratio:.3g}" if ratio is not None else "")
+                         + (f"; {o.row.size.words}" if o.row.size is not None else ""))
+        p_text = f"; p {o.row.p:.3g}, Holm-adjusted {o.holm:.3g}" if o.row.p is not None and o.holm is not None else ""
+        lines.append(f"- Verdict: **{o.verdict}**{p_text}")
         if c.id in plots:
             lines += ["", f"![{c.id}]({plots[c.id].name})"]
         lines.append("")
     return "\n".join(lines)
+
+
+def _scoring_text(c: Claim) -> str:
+    a, b = scoring(c.metric), scoring(c.metric_of_b)
+    return a if a == b else f"A: {a}; B: {b}"
+
+
+def _pairing(o: Outcome) -> str:
+    if o.claim.b is None:
+        return "single cell against the paper's number"
+    if o.row.method == CENSORED:
+        return "paired (sign rule: censored seeds)"
+    return UNPAIRED if o.claim.pairing == "unpaired" else "paired"
+
+
+def _difference(o: Outcome) -> str:
+    c = o.claim
+    if o.row.method == IDENTICAL:
+        return "–"
+    if o.stats is None:
+        if o.row.sign is None:
+            return "– (censored, unpaired)"
+        s = o.row.sign
+        return f"censored: {s.wins} won, {s.losses} lost, {s.ties} tied"
+    return f"{_shown(o.stats.mean, c, '+')} [{_shown(o.stats.low, c, '+')}, {_shown(o.stats.high, c, '+')}]"
+
+
+def _size_text(o: Outcome) -> str:
+    c = o.claim
+    if c.paper_effect is None:
+        return "–"
+    effect = _shown(c.paper_effect, c, "+")
+    if o.row.size is None:
+        return f"– ({effect})"
+    return f"{size_words(o.row)} ({effect})"
 
 
 def _metric_text(c: Claim) -> str:
@@ -433,10 +759,10 @@ def _metric_text(c: Claim) -> str:
     return f"{c.metric} ≥ {c.target:g}" if c.target is not None else c.metric
 
 
-def _claimed(c: Claim) -> str:
+def _claimed(c: Claim, margin: float) -> str:
     other = f"`{c.b}`" if c.b is not None else f"{(c.reference or 0.0) * c.scale:g}"
     word = {"greater": ">", "less": "<", "equal": "≈"}[c.direction]
-    return f"{word} {other}" + (f" (within ± {c.margin * c.scale:g})" if c.direction == "equal" else "")
+    return f"{word} {other}" + (f" (within ± {margin * c.scale:g})" if c.direction == "equal" else "")
 
 
 def _save_claim_plot(fig: Figure, ax: Axes, claim: Claim, path: Path) -> Path:
@@ -455,7 +781,7 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     c = o.claim
     if c.metric.startswith("cka_"):
         return plot_cka(o, out, seeds, path)
-    column = "personal_accuracy_mean" if c.metric.endswith("_personal") else "global_accuracy"
+    column = ACCURACY_COLUMN.get(metric_kind(c.metric), "global_accuracy")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name in [c.a] + ([c.b] if c.b is not None else []):
         frames = [_metrics(o.setting.run_dir(out, name, s)).dropna(subset=[column]) for s in range(seeds)]
@@ -468,7 +794,8 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     if c.reference is not None:
         ax.axhline(c.reference * 100, color="grey", linestyle="--", label="paper")
     ax.set_xlabel("server version")
-    ax.set_ylabel(f"{'mean personalized' if column.startswith('personal') else 'global'} accuracy (%)")
+    ax.set_ylabel({"personal_accuracy_mean": "mean personalized", "adapted_accuracy_mean": "mean adapted"}.get(
+        column, "global") + " accuracy (%)")
     return _save_claim_plot(fig, ax, c, path)
 
 

@@ -6,7 +6,10 @@ it. The status is ``running`` while it runs, then ``finished`` (the reason is th
 reason), ``interrupted`` (Ctrl-C or SIGTERM) or ``failed`` (the error, one line). A run
 killed outright (SIGKILL, power loss) cannot write its end: a ``running`` status whose
 process is gone (same host) reads as ``interrupted``. ``fedclock compare`` and ``plot``
-show every status but ``finished``.
+show every status but ``finished``. ``commit`` is the source commit of the fedclock that
+started (or resumed) the run, ``+dirty`` when its work tree had changes
+(:func:`fedclock.scenarios.provenance.run_commit`); ``fedclock reproduce`` lists reused runs
+made at another commit.
 
 A fresh run takes a folder only when it is empty or absent: a folder holding anything else
 (an earlier run's tables, which ``plot``/``compare`` would read beside the new ones) is
@@ -24,6 +27,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from fedclock.scenarios import provenance
 
 STATUS_FILE = "run.json"
 RUNNING, FINISHED, INTERRUPTED, FAILED = "running", "finished", "interrupted", "failed"
@@ -46,6 +51,8 @@ class RunStatus:
     host: str = ""
     updated: float = 0.0
     """Unix time of the last change."""
+    commit: str = ""
+    """The source commit the run was made at (module docstring; empty: an older fedclock)."""
 
     @property
     def label(self) -> str:
@@ -98,7 +105,8 @@ def claim(run_dir: Path, resume: bool = False, overwrite: bool = False) -> RunSt
         if run_dir.is_dir() and any(run_dir.iterdir()):
             _empty(run_dir, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
-    status = RunStatus(run_id=run_id, status=RUNNING, pid=os.getpid(), host=socket.gethostname())
+    status = RunStatus(run_id=run_id, status=RUNNING, pid=os.getpid(), host=socket.gethostname(),
+                       commit=provenance.run_commit())
     write_status(run_dir, status)
     return status
 
