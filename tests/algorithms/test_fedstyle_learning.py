@@ -65,6 +65,14 @@ from fedclock.scenarios.schema import DatasetConfig, LinearEvalConfig
 
 ROUNDS, CLIENTS = 3, 4
 TEST_SEEDS = (0, 1, 2)
+ZERO_SEEDS = (0, 1, 2, 9, 10, 11)
+"""The zero-style test's seeds: six, none of the measurement's. Over seeds 3-8 own - zero has
+mean +0.056 and standard deviation 0.033; three seeds (standard error 0.019) put
+:data:`ZERO_MARGIN` 1.9 standard errors below that mean, and seeds 0-2 came out at +0.023
+with PyTorch's AVX2 kernels and +0.019 (a failure) with its default ones
+(``ATEN_CPU_CAPABILITY=default``: the same training summed in another order ends elsewhere).
+Six seeds (standard error 0.0135) put the margin 2.7 standard errors below: +0.038 (AVX2)
+and +0.037 (default) on these seeds."""
 MEASURE_SEEDS = tuple(range(3, 9))
 MARGIN = 0.005
 """The advantage the xfail test asserts (accuracy / 100): small, since it does not hold even at 0."""
@@ -126,9 +134,11 @@ def test_style_infusion_improves_cross_style_transfer() -> None:
     assert statistics.mean(gains) > MARGIN, gains
 
 
+@pytest.mark.numerics
 def test_a_style_input_beats_zeros() -> None:
-    """The stylized feature with the client's style against zeros in its place (module docstring)."""
-    gains = [own_style_gain(s, "personalization_zero") for s in TEST_SEEDS]
+    """The stylized feature with the client's style against zeros in its place (module docstring;
+    seeds: :data:`ZERO_SEEDS`)."""
+    gains = [own_style_gain(s, "personalization_zero") for s in ZERO_SEEDS]
     assert statistics.mean(gains) > ZERO_MARGIN, gains
 
 
