@@ -170,10 +170,8 @@ class Runtime:
         return self._server
 
     def session(self, cfg: RuntimeConfig, federation: Federation, algorithm: Algorithm, seed: int,
-                evaluation_batch: int, personalized: bool,
-                adapted: AdaptedEvaluation | None = None) -> "Session":
-        """Prepare the actors for one run and return its backend (``adapted``:
-        ``evaluation.adapted``, None for off)."""
+                evaluation_batch: int, personalized: bool, adapted: AdaptedEvaluation | None = None) -> "Session":
+        """Prepare the actors for one run and return its backend (``adapted``: ``evaluation.adapted``)."""
         self._ready()
         count = default_num_actors(cfg, federation.num_clients, self.cpus)
         if self.backend == "ray" and count * cfg.num_cpus > self.cpus + 1e-9:
@@ -209,8 +207,7 @@ class Runtime:
         launcher = _launcher(calls, cfg, placement, federation.num_clients)
         return Session(calls, launcher, ClientStates(launcher.run_now),
                        PayloadCache(t, server, algorithm.payload_is_shared),
-                       Evaluation(calls, federation.num_clients, int(federation.y_test.shape[0]), evaluation_batch,
-                                  adapted),
+                       Evaluation(calls, federation.num_clients, len(federation.y_test), evaluation_batch, adapted),
                        AlgorithmTraits(type(algorithm).name, algorithm.stateless_clients, algorithm.hears_failures,
                                        personalized))
 
