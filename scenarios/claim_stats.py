@@ -177,6 +177,10 @@ class Size:
 
 
 def _factor(ratio: float) -> str:
+    """A ratio in words: two significant digits, whole numbers from 100, "under 0.01" below
+    0.01 (a difference at the level of float rounding reads as such, not as 1e-15)."""
+    if 0 < abs(ratio) < 0.01:
+        return "under 0.01"
     return f"{ratio:.2g}" if abs(ratio) < 100 else f"{ratio:.0f}"
 
 
@@ -193,7 +197,7 @@ def size(p: Paired, direction: str, paper_effect: float) -> Size:
     ratio = p.mean / paper_effect if paper_effect != 0 else math.inf
     if inside:
         words = "consistent with the paper's size"
-    elif ratio <= 0:
+    elif ratio < 0:
         words = "opposite in sign to the paper's"
     elif ratio >= WIDE_FACTOR or ratio <= 1 / WIDE_FACTOR:
         words = f"{_factor(ratio)}x the paper's size"

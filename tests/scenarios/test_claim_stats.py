@@ -104,6 +104,8 @@ def test_verdict_refuses_an_unknown_direction() -> None:
     (0.10, 0.14, 0.12, 0.4, 0.3, False, "0.3x the paper's size"),      # under 1/3: a wide factor
     (0.10, 0.14, 0.12, -0.05, -2.4, False, "opposite in sign to the paper's"),
     (-0.14, -0.10, -0.12, -0.006, 20.0, False, "20x the paper's size"),  # "less": both negative
+    (-0.007, 0.007, 1.4e-17, 0.0268, 1.4e-17 / 0.0268, False, "under 0.01x the paper's size"),  # rounding-level mean
+    (-0.007, 0.007, 0.0, 0.0268, 0.0, False, "0x the paper's size"),  # no difference: not "opposite in sign"
 ])
 def test_size_axis(low: float, high: float, mean: float, effect: float, ratio: float, inside: bool,
                    words: str) -> None:
