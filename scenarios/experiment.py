@@ -20,12 +20,14 @@ from fedclock.actors.runtime import Runtime
 from fedclock.actors.session import Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
+from fedclock.algorithms.privacy import PrivateUploads, with_privacy
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.privacy_accounting import choose_accounting
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
@@ -108,7 +110,8 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     problem = codec.size_problem(factory.num_params) if codec is not None and codec.type == "top_k" else None
     if problem:
         raise PluginError(f"upload.compression: {problem}")
-    return with_links(algorithm, scenario.upload, scenario.download)
+    return with_privacy(with_links(algorithm, scenario.upload, scenario.download), scenario.privacy,
+                        choose_accounting(scenario))
 
 
 def describe_availability(scenario: Scenario) -> list[str]:
@@ -239,13 +242,17 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
                                                                  algorithm, checkpoint, mark, costs, run_id)
             run_analysis(scenario, algorithm, federation, session, out_dir, writer.last_round)
-            finals = session.final_states() if supports_linear_eval(algorithm) or has_diagnostics(algorithm) else None
+            finals = session.final_states() if supports_linear_eval(algorithm) or has_diagnostics(algorithm) or \
+                isinstance(algorithm, PrivateUploads) else None
             break
         except ServerLost:
             if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
                 raise
             checkpoint = _usable_checkpoint(out_dir, mark, on_note)  # None: start over
-    writer.write_clients(_client_table(scenario, federation, devices, writer, clock.feasible))
+    table = _client_table(scenario, federation, devices, writer, clock.feasible)
+    if finals is not None and isinstance(algorithm, PrivateUploads):  # per-client epsilon (privacy:)
+        table.update(algorithm.client_privacy(finals[0]))
+    writer.write_clients(table)
     linear = (float("nan"), float("nan"))
     if finals is not None and has_diagnostics(algorithm):
         write_diagnostics(algorithm, finals[0], out_dir)
@@ -449,4 +456,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "tasks_lost": events.counts(status == LOST), "tasks_timed_out": events.counts(status == TIMED_OUT),
         "tasks_cancelled": events.counts(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,
+        "dp_releases": [None] * n, "dp_epsilon": [None] * n,
     }

@@ -1,0 +1,314 @@
+"""Differential privacy as a layer over any algorithm whose upload the server aggregates
+(the ``privacy:`` section of a scenario).
+
+Every client clips its update ``Delta`` (the algorithm's ``"delta"`` upload, the change of
+the whole flat model over its task) to L2 norm ``C`` (``privacy.clip``) on the client; Gaussian
+noise is then added either by the client (``mode: local``) or by the server (``mode:
+central``). The noise multiplier ``z`` (``privacy.noise_multiplier``) is the noise standard
+deviation per unit of L2 sensitivity; what that sensitivity is depends on the mode:
+
+**local** (each client noises its own upload; the server is not trusted). The guarantee is
+about one upload, whatever the client's data: the neighbouring relation is *replace-one at
+the level of the client* (its data may be any other data), so two clipped updates differ by
+at most ``2C``: sensitivity ``2C``, noise ``N(0, (z * 2C)^2 I)`` on each upload, drawn from
+the task's generator after the local work. These are the choices of
+:mod:`fedclock.algorithms.dp` (FedAvg-DP's Gaussian mechanism), and the same numbers:
+``fedavg_dp`` with its multiplier equals ``fedavg`` with ``privacy: {mode: local, clip:
+dp_clip, noise_multiplier: z}`` bit for bit (``tests/algorithms/test_privacy.py``).
+
+**central** (user-level DP with a trusted server, the setting of DP-FedAvg, McMahan et al.,
+ICLR 2018). The server adds noise to the *sum* of the clipped updates of one global step
+(a sync round's cohort, a FedBuff buffer); the neighbouring relation is *add/remove one
+client* (its clipped update present or absent), so the sum's sensitivity is ``C`` and its
+noise ``N(0, (z * C)^2 I)``. The server draws that noise from its own stream as ``k``
+independent parts of variance ``(z C)^2 / k``, one added to each clipped update it folds in,
+where ``k`` (:meth:`~fedclock.algorithms.base.Algorithm.deltas_per_step`) is the number of
+updates one global step sums (the cohort; FedBuff's buffer size): the parts of one step sum
+to exactly the sum's noise. Every arrival is then handed to the algorithm with
+``num_samples = steps = 1``, so its weighted mean is the plain mean ``(S + noise) / m`` of
+the ``m`` updates of the step: a sample-weighted mean would move by more than ``C / m`` when
+one client is added (its weight depends on its data size), and the sample counts are
+clients' data the server would publish through the weights. Central DP therefore needs an
+algorithm whose step is such a mean once the weights are equal: the class declares
+``aggregates_deltas`` (FedAvg, FedProx, FedSAM, FedBuff) and may refuse settings that
+re-weight (FedBuff's staleness weighting, :meth:`~fedclock.algorithms.base.Algorithm.
+aggregation_problem`); others are refused by the loader in one line. The divisor ``m`` is the
+number of updates the step received, which the model's observers can learn; the guarantee
+covers the noised sum ``S + noise`` (the released model is its post-processing given ``m``).
+
+**What is counted** (the accounting's input, :func:`client_epsilons`). Each client's
+*releases*: in local mode every upload the server folds in (a result the simulated server
+discards, late or timed out, is never seen and not counted); in central mode every upload
+folded into a global step, counted when it is folded in (for a buffer, before the flush
+that releases it: conservative by at most the uploads still buffered). The number of global
+steps is counted too (the releases of the run's sampled mechanism).
+
+**Accounting** (:class:`Accounting`, chosen by the scenario builder from how clients are
+chosen, never by the algorithm): ``per_client`` composes each client's own releases, ``k``
+Gaussian mechanisms of multiplier ``z``, with the PLD accountant of ``dp_accounting``
+(:func:`fedclock.algorithms.dp.cumulative_epsilon`, tight for Gaussian compositions; no
+amplification by sampling claimed). ``sampled_fixed_size`` (central DP, sync rounds whose
+cohort is a uniform sample of ``K`` of the ``N`` clients without replacement) composes the
+``T`` global steps as sampled Gaussian mechanisms with ``dp_accounting``'s RDP accountant:
+``SampledWithoutReplacementDpEvent(N, K, GaussianDpEvent(z / 2))`` under the replace-one
+relation, the only relation the library supports for sampling without replacement (Wang,
+Balle and Kasiviswanathan, AISTATS 2019, as implemented there); under replace-one the sum's
+sensitivity is ``2C``, hence the multiplier ``z C / 2C = z / 2``. That epsilon holds for every
+client, whether or not it was picked. Local DP is never amplified: the server sees who
+uploaded.
+
+**Metrics** (:meth:`PrivateUploads.server_metrics`, a row of ``metrics.parquet``):
+``dp_epsilon`` (the largest client's epsilon at ``privacy.delta``), ``dp_delta``,
+``dp_uploads_max``, ``dp_clipped_fraction`` (of the uploads in the latest global step, those
+whose update norm exceeded ``C``: a measurement of the simulator, which the server of a real
+local-DP system would not see), and ``dp_noise_std`` (the per-coordinate noise of the step:
+``z * 2C`` per upload in local mode, ``z * C`` on the sum in central mode). Per-client epsilons
+and releases go to ``clients.parquet`` (:meth:`PrivateUploads.client_privacy`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResult, ServerState, Tensors
+from fedclock.algorithms.dp import SENSITIVITY_PER_CLIP, clip_to_norm, count_uploads, cumulative_epsilon
+
+CLIPPED = "privacy.clipped"
+"""Uncharged upload key: 1 when the client's update was longer than ``C`` (a simulator
+measurement for ``dp_clipped_fraction``; the algorithm never sees it)."""
+RELEASES = "privacy.releases"
+"""Server-state tensor of per-client release counts (int64, indexed by client id)."""
+STEPS = "privacy.steps"
+"""``state.extra`` key: global steps (noised releases of the aggregate) so far."""
+PENDING = "privacy.pending"
+"""``state.extra`` key: ``[uploads, clipped]`` folded in since the last global step."""
+LAST = "privacy.last"
+"""``state.extra`` key: ``[uploads, clipped]`` of the latest global step."""
+
+A = TypeVar("A", bound=Algorithm)
+
+if TYPE_CHECKING:  # the mixin's super() is the algorithm's class (see with_privacy): a concrete one
+    class _Mixin(Algorithm[Any]):
+        def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                          rng: torch.Generator) -> ClientResult:
+            raise NotImplementedError
+
+        def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                           rng: torch.Generator) -> tuple[ServerState, bool]:
+            raise NotImplementedError
+else:
+    _Mixin = object
+
+
+class PrivacyConfig(BaseModel):
+    """The ``privacy:`` section of a scenario: clipping, the Gaussian noise and where it is
+    added, and the delta at which epsilon is reported (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    mode: Literal["local", "central"] = Field(description="local: each client noises its upload (replace-one, "
+                                              "sensitivity 2C); central: the trusted server noises the sum of a "
+                                              "step's clipped updates (add/remove one client, sensitivity C)")
+    clip: float = Field(gt=0, le=1e30, description="L2 norm C each client clips its update to")
+    noise_multiplier: float = Field(gt=0, le=1e6, description="z: noise standard deviation per unit of L2 "
+                                    "sensitivity")
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="delta at which the spent epsilon is reported")
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of what is noised: ``2C`` (local, one upload), ``C`` (central, the sum)."""
+        return SENSITIVITY_PER_CLIP * self.clip if self.mode == "local" else self.clip
+
+    @property
+    def noise_std(self) -> float:
+        """Per-coordinate standard deviation of the noise: ``z * 2C`` on each upload (local, the
+        same expression as :func:`fedclock.algorithms.dp.noise_std`), ``z * C`` on the sum (central)."""
+        if self.mode == "local":
+            return self.noise_multiplier * SENSITIVITY_PER_CLIP * self.clip
+        return self.noise_multiplier * self.clip
+
+
+@dataclasses.dataclass(frozen=True)
+class Accounting:
+    """How the spent epsilon is computed, chosen by the scenario builder from how clients are
+    chosen (see the module's docstring): ``rule`` and the reason it applies, and for
+    ``sampled_fixed_size`` the population ``N`` and the cohort ``K``."""
+
+    rule: Literal["sampled_fixed_size", "per_client"]
+    reason: str
+    population: int = 0
+    cohort: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rule == "sampled_fixed_size" and not 0 < self.cohort < self.population:
+            raise ValueError(f"sampled_fixed_size accounting needs 0 < cohort < population "
+                             f"(got {self.cohort} of {self.population})")
+
+
+@lru_cache(maxsize=4096)
+def sampled_epsilon(noise_multiplier: float, population: int, cohort: int, steps: int, delta: float) -> float:
+    """Epsilon at ``delta`` of ``steps`` central-DP steps whose cohort is ``cohort`` of
+    ``population`` clients drawn uniformly without replacement, each adding noise ``z C`` to
+    the sum: ``dp_accounting``'s RDP accountant, replace-one relation, on
+    ``SampledWithoutReplacementDpEvent(N, K, GaussianDpEvent(z / 2))`` (sensitivity ``2C``
+    under replace-one). Zero steps spend nothing."""
+    if steps <= 0:
+        return 0.0
+    import dp_accounting  # imported on use: it pulls in SciPy
+
+    accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.SampledWithoutReplacementDpEvent(
+        population, cohort, dp_accounting.GaussianDpEvent(noise_multiplier / SENSITIVITY_PER_CLIP))
+    accountant.compose(dp_accounting.SelfComposedDpEvent(event, steps))
+    return float(accountant.get_epsilon(delta))
+
+
+def client_epsilons(config: PrivacyConfig, accounting: Accounting, releases: list[int], steps: int) -> list[float]:
+    """Each client's epsilon at ``config.delta``: its own ``releases`` composed (``per_client``,
+    PLD), or the run's ``steps`` sampled mechanisms, the same for every client
+    (``sampled_fixed_size``, RDP)."""
+    if accounting.rule == "sampled_fixed_size":
+        eps = sampled_epsilon(config.noise_multiplier, accounting.population, accounting.cohort, steps, config.delta)
+        return [eps] * len(releases)
+    return [cumulative_epsilon(config.noise_multiplier, int(k), config.delta) for k in releases]
+
+
+def privacy_problem(cls: type[Algorithm], params: Any, privacy: PrivacyConfig | None, compressed: bool,
+                    vectorize: int) -> str | None:
+    """A one-line error (starting with the field) when ``cls`` cannot run with this ``privacy:``
+    section: its upload is not a model delta (nothing to clip), or, in central mode, its server
+    step is not an equal-weight mean of the deltas (declared by the class,
+    ``aggregates_deltas`` and :meth:`~fedclock.algorithms.base.Algorithm.aggregation_problem`)."""
+    if privacy is None:
+        return None
+    if not cls.upload_is_delta:
+        return (f"privacy: algorithm {cls.name!r} does not upload a model delta the server aggregates (allowed with "
+                f"algorithms that declare upload_is_delta, e.g. fedavg, fedprox, fedsam, fednova, fedbuff)")
+    if privacy.mode == "central":
+        problem = None if cls.aggregates_deltas else "its server step is not an equal-weight mean of the deltas"
+        problem = problem or cls.aggregation_problem(params)
+        if problem:
+            return (f"privacy.mode: central DP noises the sum of a step's updates, but algorithm {cls.name!r}: "
+                    f"{problem} (allowed: local, or an algorithm that declares aggregates_deltas, e.g. fedavg, "
+                    f"fedprox, fedsam, fedbuff)")
+    if compressed:
+        return "privacy: does not combine with upload.compression or download.compression (remove one of them)"
+    if vectorize > 1:
+        return "privacy: clients run one at a time with privacy (runtime.vectorize must be 1)"
+    return None
+
+
+class PrivateUploads(_Mixin):
+    """Mixin placed before an algorithm's class by :func:`with_privacy` (see the module)."""
+
+    privacy: PrivacyConfig
+    accounting: Accounting
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as (algorithm class, params, model factory, settings): the class made by
+        :func:`with_privacy` is rebuilt on the other side, never looked up by name."""
+        inner = type(self).__mro__[2]
+        return _rebuild, (inner, self.params, self.model_factory, self.num_clients, self.server_optimizer,
+                          self.privacy, self.accounting, self.stateless_clients)
+
+    def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                      rng: torch.Generator) -> ClientResult:
+        """The algorithm's update, its ``"delta"`` clipped to ``C`` on the client and, in local
+        mode, noised with ``N(0, (z 2C)^2)`` from ``rng`` after the local work's draws."""
+        result: ClientResult = super().client_update(payload, client_state, data, rng)
+        cfg = self.privacy
+        delta = result.upload["delta"].detach().to("cpu", torch.float32)
+        clipped = clip_to_norm(delta, cfg.clip)
+        if cfg.mode == "local":
+            noise = torch.randn(clipped.shape, generator=rng, dtype=torch.float32)
+            clipped = clipped + cfg.noise_std * noise
+        flag = torch.tensor([float(delta.norm()) > cfg.clip], dtype=torch.uint8)
+        return dataclasses.replace(result, upload={**result.upload, "delta": clipped, CLIPPED: flag})
+
+    def server_receive(self, state: ServerState, arrivals: list[Arrival],
+                       rng: torch.Generator) -> tuple[ServerState, bool]:
+        """Count the releases, add the central noise (central mode) and run the algorithm's
+        own rule on the arrivals without the clipping flag."""
+        cfg = self.privacy
+        clipped = sum(int(a.upload[CLIPPED].sum()) if CLIPPED in a.upload else 0 for a in arrivals)
+        ready = []
+        if cfg.mode == "central" and arrivals:
+            share = cfg.noise_std / math.sqrt(self.deltas_per_step(arrivals))
+            for a in arrivals:
+                delta = a.upload["delta"].to(torch.float32)
+                noisy = delta + share * torch.randn(delta.shape, generator=rng, dtype=torch.float32)
+                upload = {k: v for k, v in a.upload.items() if k != CLIPPED}
+                ready.append(dataclasses.replace(a, upload={**upload, "delta": noisy}, num_samples=1, steps=1))
+        else:
+            ready = [dataclasses.replace(a, upload={k: v for k, v in a.upload.items() if k != CLIPPED})
+                     for a in arrivals]
+        new, changed = super().server_receive(state, ready, rng)
+        pending = [a + b for a, b in zip(state.extra.get(PENDING, [0, 0]), [len(arrivals), clipped])]
+        extra = {**new.extra, STEPS: int(state.extra.get(STEPS, 0)) + int(bool(changed)),
+                 PENDING: [0, 0] if changed else pending, LAST: pending if changed else state.extra.get(LAST, [0, 0])}
+        releases = state.tensors.get(RELEASES)
+        if arrivals:
+            releases = count_uploads(releases, [a.client for a in arrivals])
+        tensors = {**new.tensors} if releases is None else {**new.tensors, RELEASES: releases}
+        return dataclasses.replace(new, tensors=tensors, extra=extra), changed
+
+    def client_privacy(self, state: ServerState) -> dict[str, list[Any]]:
+        """Per-client ``dp_releases`` and ``dp_epsilon`` (at ``privacy.delta``) of ``state``,
+        for the ``num_clients`` of the run (:func:`client_epsilons`)."""
+        n = int(self.num_clients or 0)
+        counts = state.tensors.get(RELEASES)
+        releases = [0] * n
+        if counts is not None:
+            for c, k in enumerate(counts.tolist()[:n]):
+                releases[c] = int(k)
+        eps = client_epsilons(self.privacy, self.accounting, releases, int(state.extra.get(STEPS, 0)))
+        return {"dp_releases": releases, "dp_epsilon": eps}
+
+    def server_metrics(self, state: ServerState) -> dict[str, float]:
+        """The algorithm's own numbers, then the privacy spent so far (see the module)."""
+        out: dict[str, float] = dict(super().server_metrics(state))
+        per_client = self.client_privacy(state)
+        eps = per_client["dp_epsilon"]
+        uploads, clipped = state.extra.get(LAST, [0, 0])
+        out.update({"dp_epsilon": max(eps, default=0.0), "dp_delta": self.privacy.delta,
+                    "dp_uploads_max": max(per_client["dp_releases"], default=0.0),
+                    "dp_clipped_fraction": clipped / uploads if uploads else float("nan"),
+                    "dp_noise_std": self.privacy.noise_std})
+        return out
+
+
+@lru_cache(maxsize=None)
+def _private_class(cls: type[Algorithm]) -> type[Algorithm]:
+    """``cls`` with :class:`PrivateUploads` in front (one class per algorithm class)."""
+    body: dict[str, Any] = {"__doc__": cls.__doc__, "__qualname__": f"PrivateUploads[{cls.__qualname__}]",
+                            "vectorizable": False, "objectives": cls.objectives,
+                            "stateless_clients": cls.stateless_clients, "upload_is_delta": cls.upload_is_delta,
+                            "upload_is_model": False, "per_token_targets": cls.per_token_targets}
+    return type(cls.__name__, (PrivateUploads, cls), body)
+
+
+def _rebuild(cls: type[Algorithm], params: Any, factory: Any, num_clients: int | None, server_optimizer: Any,
+             privacy: PrivacyConfig, accounting: Accounting, stateless: bool) -> Algorithm:
+    """The unpickled side of :meth:`PrivateUploads.__reduce__`."""
+    private: Any = _private_class(cls)(params, factory)
+    private.num_clients, private.server_optimizer = num_clients, server_optimizer
+    private.privacy, private.accounting, private.stateless_clients = privacy, accounting, stateless
+    out: Algorithm = private
+    return out
+
+
+def with_privacy(algorithm: A, privacy: PrivacyConfig | None, accounting: Accounting) -> A:
+    """``algorithm`` itself without a ``privacy:`` section; else an instance of its class with
+    :class:`PrivateUploads` in front, with the same params, model factory, population size and
+    server optimizer (the loader has checked :func:`privacy_problem`)."""
+    if privacy is None:
+        return algorithm
+    out: Any = _rebuild(type(algorithm), algorithm.params, algorithm.model_factory, algorithm.num_clients,
+                        algorithm.server_optimizer, privacy, accounting, algorithm.stateless_clients)
+    result: A = out
+    return result
