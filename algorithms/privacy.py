@@ -54,15 +54,21 @@ cohort is a uniform sample of ``K`` of the ``N`` clients without replacement) co
 relation, the only relation the library supports for sampling without replacement (Wang,
 Balle and Kasiviswanathan, AISTATS 2019, as implemented there); under replace-one the sum's
 sensitivity is ``2C``, hence the multiplier ``z C / 2C = z / 2``. That epsilon holds for every
-client, whether or not it was picked. Local DP is never amplified: the server sees who
-uploaded.
+client, whether or not it was picked. The two rules bound different relations: a
+replace-one epsilon may exceed the add/remove epsilon of a client that was rarely picked
+(with 2 of 6 clients a round, 4 steps at ``z = 1.1`` give 15.6 sampled against 7.9 for a
+client's 4 own releases under add/remove; the same 4 releases under replace-one give 19.4),
+so compare runs under one rule (``fedclock compare`` and ``metrics.parquet`` name it through
+``dp_amplified``). Local DP is never amplified: the server sees who uploaded.
 
 **Metrics** (:meth:`PrivateUploads.server_metrics`, a row of ``metrics.parquet``):
 ``dp_epsilon`` (the largest client's epsilon at ``privacy.delta``), ``dp_delta``,
 ``dp_uploads_max``, ``dp_clipped_fraction`` (of the uploads in the latest global step, those
 whose update norm exceeded ``C``: a measurement of the simulator, which the server of a real
 local-DP system would not see), and ``dp_noise_std`` (the per-coordinate noise of the step:
-``z * 2C`` per upload in local mode, ``z * C`` on the sum in central mode). Per-client epsilons
+``z * 2C`` per upload in local mode, ``z * C`` on the sum in central mode), ``dp_amplified``
+(1 under ``sampled_fixed_size``, else 0). The rule and its reason are written to the run's
+``privacy.json`` by the scenario layer (:func:`Accounting.record`). Per-client epsilons
 and releases go to ``clients.parquet`` (:meth:`PrivateUploads.client_privacy`).
 """
 from __future__ import annotations
@@ -90,6 +96,11 @@ PENDING = "privacy.pending"
 LAST = "privacy.last"
 """``state.extra`` key: ``[uploads, clipped]`` of the latest global step."""
 
+MIN_NOISE_MULTIPLIER = 0.1
+"""Smallest ``privacy.noise_multiplier``: one Gaussian release at ``z = 0.1`` already spends
+epsilon 92 at delta 1e-5, two 159 (no privacy to speak of), and the PLD accountant's
+support grows as ``z`` shrinks (two releases at ``z = 0.02`` took 17 s, ``1e-9`` fails)."""
+
 A = TypeVar("A", bound=Algorithm)
 
 if TYPE_CHECKING:  # the mixin's super() is the algorithm's class (see with_privacy): a concrete one
@@ -115,8 +126,9 @@ class PrivacyConfig(BaseModel):
                                               "sensitivity 2C); central: the trusted server noises the sum of a "
                                               "step's clipped updates (add/remove one client, sensitivity C)")
     clip: float = Field(gt=0, le=1e30, description="L2 norm C each client clips its update to")
-    noise_multiplier: float = Field(gt=0, le=1e6, description="z: noise standard deviation per unit of L2 "
-                                    "sensitivity")
+    noise_multiplier: float = Field(ge=MIN_NOISE_MULTIPLIER, le=1e6, description="z: noise standard deviation "
+                                    "per unit of L2 sensitivity (at least 0.1: one release at 0.1 already spends "
+                                    "epsilon 92 at delta 1e-5)")
     delta: float = Field(default=1e-5, gt=0, lt=1, description="delta at which the spent epsilon is reported")
 
     @property
@@ -143,6 +155,12 @@ class Accounting:
     reason: str
     population: int = 0
     cohort: int = 0
+
+    def record(self, delta: float) -> dict[str, Any]:
+        """The rule, its reason, ``N``, ``K`` and the reporting ``delta`` as plain values (the
+        run's ``privacy.json``)."""
+        return {"rule": self.rule, "reason": self.reason, "population": self.population, "cohort": self.cohort,
+                "delta": delta}
 
     def __post_init__(self) -> None:
         if self.rule == "sampled_fixed_size" and not 0 < self.cohort < self.population:
@@ -278,7 +296,8 @@ class PrivateUploads(_Mixin):
         out.update({"dp_epsilon": max(eps, default=0.0), "dp_delta": self.privacy.delta,
                     "dp_uploads_max": max(per_client["dp_releases"], default=0.0),
                     "dp_clipped_fraction": clipped / uploads if uploads else float("nan"),
-                    "dp_noise_std": self.privacy.noise_std})
+                    "dp_noise_std": self.privacy.noise_std,
+                    "dp_amplified": float(self.accounting.rule == "sampled_fixed_size")})
         return out
 
 

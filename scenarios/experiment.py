@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -128,6 +129,8 @@ def describe_availability(scenario: Scenario) -> list[str]:
 
 MAX_SERVER_RESTARTS = 3
 """How many times one run restarts from its last checkpoint after losing the server actor."""
+PRIVACY_FILE = "privacy.json"
+"""A ``privacy:`` run's accounting rule and why it applies (:meth:`Accounting.record`)."""
 
 
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
@@ -252,6 +255,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     table = _client_table(scenario, federation, devices, writer, clock.feasible)
     if finals is not None and isinstance(algorithm, PrivateUploads):  # per-client epsilon (privacy:)
         table.update(algorithm.client_privacy(finals[0]))
+        (out_dir / PRIVACY_FILE).write_text(json.dumps(algorithm.accounting.record(algorithm.privacy.delta)))
     writer.write_clients(table)
     linear = (float("nan"), float("nan"))
     if finals is not None and has_diagnostics(algorithm):

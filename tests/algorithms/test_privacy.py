@@ -173,7 +173,7 @@ def test_accounting_rule_follows_how_clients_are_chosen() -> None:
 
 @pytest.mark.parametrize("changes,message", [
     ({"privacy": {**CENTRAL, "noise_multiplier": 0}},
-     r"^f: privacy\.noise_multiplier: Input should be greater than 0 \(got 0\)$"),
+     r"^f: privacy\.noise_multiplier: Input should be greater than or equal to 0\.1 \(got 0\)$"),
     ({"privacy": {**CENTRAL, "delta": 1}}, r"^f: privacy\.delta: Input should be less than 1 \(got 1\)$"),
     ({"privacy": {**CENTRAL, "clip": -1}}, r"^f: privacy\.clip: Input should be greater than 0 \(got -1\)$"),
     ({"privacy": CENTRAL, "algorithm": {"name": "fednova"}},

@@ -1,0 +1,85 @@
+"""``privacy:`` in whole runs: central DP with FedBuff (async) and with Oort selection
+(per-client composition), uniform sync cohorts (amplification by sampling), local DP, each
+with per-client epsilon in ``clients.parquet`` and the run's in ``metrics.parquet``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fedclock.actors.runtime import Runtime
+from fedclock.algorithms.dp import cumulative_epsilon
+from fedclock.algorithms.privacy import sampled_epsilon
+from fedclock.scenarios.experiment import run_scenario
+from tests.conftest import scenario
+
+Z, CLIP, DELTA = 1.1, 0.5, 1e-4
+POPULATION = {"num_clients": 6, "devices": {"compute": {"dist": "loguniform", "low": 20, "high": 200}}}
+
+
+def tables(tmp_path: Path, **sections: object) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    run_scenario(scenario(population=POPULATION, dataset={"name": "digits"}, evaluation={"every": 2},
+                          **sections), Runtime("inline"), tmp_path)
+    return (pd.read_parquet(tmp_path / "metrics.parquet"), pd.read_parquet(tmp_path / "clients.parquet"),
+            pd.read_parquet(tmp_path / "events.parquet"))
+
+
+def assert_per_client(metrics: pd.DataFrame, clients: pd.DataFrame) -> None:
+    """Each client's epsilon is its own releases composed (PLD) and its releases are its
+    applied tasks; the run's epsilon is the largest."""
+    assert clients.dp_releases.tolist() == clients.tasks_applied.tolist()
+    for k, eps in zip(clients.dp_releases, clients.dp_epsilon):
+        assert eps == cumulative_epsilon(Z, int(k), DELTA)
+    last = metrics.iloc[-1]
+    assert last.dp_epsilon == clients.dp_epsilon.max() > 0
+    assert last.dp_delta == DELTA and last.dp_uploads_max == clients.dp_releases.max()
+
+
+def test_central_dp_with_fedbuff_composes_each_clients_uploads(tmp_path: Path) -> None:
+    metrics, clients, _ = tables(
+        tmp_path, algorithm={"name": "fedbuff", "lr": 0.1, "local_steps": 3, "buffer_size": 2},
+        mode={"type": "async", "concurrency": 3}, stop={"versions": 6},
+        privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "delta": DELTA})
+    assert_per_client(metrics, clients)
+    assert clients.dp_releases.nunique() > 1  # heterogeneous devices: unequal participation, unequal epsilon
+    assert set(metrics.dp_noise_std.dropna()) == {Z * CLIP}
+    assert metrics.dp_clipped_fraction.dropna().between(0, 1).all()
+
+
+def test_central_dp_with_oort_claims_no_amplification(tmp_path: Path) -> None:
+    metrics, clients, _ = tables(
+        tmp_path, algorithm={"name": "fedavg", "lr": 0.1, "local_steps": 3}, selection={"name": "oort"},
+        mode={"type": "sync", "cohort_size": 2}, stop={"rounds": 4},
+        privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "delta": DELTA})
+    assert_per_client(metrics, clients)
+    assert clients.dp_releases.sum() == 8
+
+
+def test_uniform_sync_cohorts_amplify_by_sampling(tmp_path: Path) -> None:
+    """2 of 6 clients a round, 4 rounds: every client's epsilon is that of 4 sampled steps
+    (RDP, without replacement), picked or not."""
+    metrics, clients, _ = tables(
+        tmp_path, algorithm={"name": "fedavg", "lr": 0.1, "local_steps": 3}, mode={"type": "sync", "cohort_size": 2},
+        stop={"rounds": 4}, privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "delta": DELTA})
+    eps = sampled_epsilon(Z, 6, 2, 4, DELTA)
+    assert clients.dp_epsilon.tolist() == [eps] * 6
+    assert metrics.iloc[-1].dp_epsilon == eps and metrics.iloc[-1].dp_amplified == 1.0
+    rule = json.loads((tmp_path / "privacy.json").read_text())
+    assert rule == {"rule": "sampled_fixed_size", "reason": "uniform cohorts of 2 of 6 clients without replacement",
+                    "population": 6, "cohort": 2, "delta": DELTA}
+    # under the same replace-one relation (multiplier z / 2), less than 4 releases without sampling
+    assert eps < cumulative_epsilon(Z / 2, 4, DELTA)
+
+
+@pytest.mark.parametrize("clip,fraction", [(1e-4, 1.0), (1e4, 0.0)])
+def test_local_dp_clipped_fraction_and_noise(tmp_path: Path, clip: float, fraction: float) -> None:
+    """One round from the initial model: every update is longer than 1e-4 and shorter than 1e4."""
+    metrics, clients, _ = tables(
+        tmp_path, algorithm={"name": "fedavg", "lr": 0.1, "local_steps": 3}, stop={"rounds": 1},
+        privacy={"mode": "local", "clip": clip, "noise_multiplier": Z, "delta": DELTA})
+    assert set(metrics.dp_clipped_fraction.dropna()) == {fraction}
+    assert set(metrics.dp_noise_std.dropna()) == {Z * 2 * clip}
+    assert set(metrics.dp_amplified.dropna()) == {0.0}
+    assert clients.dp_releases.tolist() == [1] * 6
