@@ -79,7 +79,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResult, ServerState, Tensors
 from fedclock.algorithms.dp import SENSITIVITY_PER_CLIP, clip_to_norm, count_uploads, cumulative_epsilon
@@ -116,6 +116,15 @@ else:
     _Mixin = object
 
 
+class PrivacyBudget(BaseModel):
+    """``privacy.budget``: the (epsilon, delta) each client may spend over the run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    epsilon: float = Field(gt=0, le=1e6, description="epsilon each client may spend")
+    delta: float = Field(gt=0, lt=1, description="delta of the budget (the spent epsilon is reported at it)")
+
+
 class PrivacyConfig(BaseModel):
     """The ``privacy:`` section of a scenario: clipping, the Gaussian noise and where it is
     added, and the delta at which epsilon is reported (see the module's docstring)."""
@@ -129,7 +138,24 @@ class PrivacyConfig(BaseModel):
     noise_multiplier: float = Field(ge=MIN_NOISE_MULTIPLIER, le=1e6, description="z: noise standard deviation "
                                     "per unit of L2 sensitivity (at least 0.1: one release at 0.1 already spends "
                                     "epsilon 92 at delta 1e-5)")
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="delta at which the spent epsilon is reported")
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="delta at which the spent epsilon is reported "
+                         "(with a budget: the budget's delta)")
+    budget: PrivacyBudget | None = Field(default=None, description="{epsilon, delta} each client may spend: a "
+                                         "client whose next upload would exceed it is retired")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_sets_delta(cls, data: Any) -> Any:
+        """With a budget, epsilon is reported at the budget's delta (a different ``delta`` is
+        a mistake)."""
+        budget_delta = data.get("budget", {}).get("delta") if isinstance(data, dict) and \
+            isinstance(data.get("budget"), dict) else None
+        if isinstance(budget_delta, float | int) and 0 < budget_delta < 1:  # else the budget's field says it
+            if "delta" in data and data["delta"] != data["budget"]["delta"]:
+                raise ValueError(f"delta: with a budget, epsilon is reported at budget.delta "
+                                 f"({data['budget']['delta']}); remove delta (got {data['delta']})")
+            return {**data, "delta": data["budget"]["delta"]}
+        return data
 
     @property
     def sensitivity(self) -> float:
@@ -194,6 +220,36 @@ def client_epsilons(config: PrivacyConfig, accounting: Accounting, releases: lis
         eps = sampled_epsilon(config.noise_multiplier, accounting.population, accounting.cohort, steps, config.delta)
         return [eps] * len(releases)
     return [cumulative_epsilon(config.noise_multiplier, int(k), config.delta) for k in releases]
+
+
+MAX_BUDGET_UPLOADS = 1 << 20
+"""Most releases :func:`uploads_within` looks for (a run with more uploads per client is
+beyond any simulation here)."""
+
+
+def uploads_within(config: PrivacyConfig) -> int:
+    """The most releases ``k`` of one client whose per-client composition
+    (:func:`~fedclock.algorithms.dp.cumulative_epsilon`, the accountant the run reports with)
+    stays within ``config.budget``: ``epsilon(k) <= budget.epsilon < epsilon(k + 1)`` (0: not
+    even one; at most :data:`MAX_BUDGET_UPLOADS`). Epsilon grows with ``k``, so a doubling
+    then a bisection finds it."""
+    budget = config.budget
+    assert budget is not None, "uploads_within needs privacy.budget"
+
+    def within(k: int) -> bool:
+        return cumulative_epsilon(config.noise_multiplier, k, budget.delta) <= budget.epsilon
+
+    if not within(1):
+        return 0
+    lo, hi = 1, 2
+    while hi < MAX_BUDGET_UPLOADS and within(hi):
+        lo, hi = hi, 2 * hi
+    if hi >= MAX_BUDGET_UPLOADS and within(MAX_BUDGET_UPLOADS):
+        return MAX_BUDGET_UPLOADS
+    while hi - lo > 1:  # within(lo), not within(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if within(mid) else (lo, mid)
+    return lo
 
 
 def privacy_problem(cls: type[Algorithm], params: Any, privacy: PrivacyConfig | None, compressed: bool,

@@ -28,7 +28,7 @@ from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
-from fedclock.scenarios.privacy_accounting import choose_accounting
+from fedclock.scenarios.privacy_accounting import RETIRE_REASON, choose_accounting, upload_limits
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
@@ -253,6 +253,8 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
                 raise
             checkpoint = _usable_checkpoint(out_dir, mark, on_note)  # None: start over
     table = _client_table(scenario, federation, devices, writer, clock.feasible)
+    if isinstance(clock.script, Timeline):
+        table["retired_at"] = clock.script.retired_at
     if finals is not None and isinstance(algorithm, PrivateUploads):  # per-client epsilon (privacy:)
         table.update(algorithm.client_privacy(finals[0]))
         (out_dir / PRIVACY_FILE).write_text(json.dumps(algorithm.accounting.record(algorithm.privacy.delta)))
@@ -335,7 +337,9 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if cka_at is not None:
         session.after_evaluation = CKAAtVersions(scenario, algorithm, federation, session, out_dir,
                                                lambda: clock.round, None if checkpoint is None else checkpoint.version)
-    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
+    limits = upload_limits(scenario)
+    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event,
+                        retires=limits is not None)
     work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
     backend: Backend = session
     replay = None
@@ -362,7 +366,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
                   disclose=scenario.selection.disclose, feasible=feasible,
-                  server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind)
+                  server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind,
+                  upload_limit=limits, limit_reason=RETIRE_REASON)
     reason = clock.run()
     if replay is not None:
         replay.finished()
@@ -460,5 +465,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "tasks_lost": events.counts(status == LOST), "tasks_timed_out": events.counts(status == TIMED_OUT),
         "tasks_cancelled": events.counts(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,
-        "dp_releases": [None] * n, "dp_epsilon": [None] * n,
+        "dp_releases": [None] * n, "dp_epsilon": [None] * n, "retired_at": np.full(n, np.nan),
     }

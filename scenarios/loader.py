@@ -32,6 +32,7 @@ from pydantic_core import ErrorDetails
 
 from fedclock.algorithms.compressed import links_problem
 from fedclock.algorithms.privacy import privacy_problem
+from fedclock.scenarios.privacy_accounting import budget_problem
 from fedclock.algorithms.registry import ALGORITHMS, algorithm_names, get_algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
@@ -409,7 +410,8 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None, impo
         links_problem(cls, scenario.upload, scenario.download, scenario.runtime.vectorize) or \
         privacy_problem(cls, params, scenario.privacy, scenario.upload.compression is not None or
                         scenario.download.compression is not None, scenario.runtime.vectorize) or \
-        (cls.adapted_problem(params) if scenario.evaluation.adapted is not None else None)
+        (cls.adapted_problem(params) if scenario.evaluation.adapted is not None else None) or \
+        budget_problem(scenario)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     if scenario.runtime.vectorize > 1:

@@ -11,12 +11,24 @@ lossy connectivity: the clock then draws among the idle, available clients only,
 among all ``N``). The scenario samples fixed-size cohorts only (no Poisson sampling), so the
 amplified rule is the fixed-size one. Every other run composes each client's own releases
 (``per_client``); the first condition that fails is the recorded reason.
+
+**The budget as heterogeneity** (``privacy.budget``). Under ``per_client`` accounting a
+client's epsilon depends only on its own releases, so its budget is a number of uploads,
+:func:`~fedclock.algorithms.privacy.uploads_within`: the clock retires a client when its
+applied uploads reach it (:meth:`~fedclock.scheduling.timeline.Timeline.retire`: offline for
+good, a ``retired`` row of ``timeline.parquet``, ``retired_at`` in ``clients.parquet``), so
+its next upload, which would exceed the budget, never happens. A client's releases are its
+applied uploads (what :mod:`fedclock.algorithms.privacy` counts), and a client has one task
+at a time, so none is in flight when it retires. Under ``sampled_fixed_size`` accounting every
+client's epsilon is the run's, grown by every step whether the client joined or not: a budget
+would retire every client at once, so it is refused (stop the run with ``stop.rounds``).
 """
 from __future__ import annotations
 
 import math
 
-from fedclock.algorithms.privacy import Accounting
+from fedclock.algorithms.dp import cumulative_epsilon
+from fedclock.algorithms.privacy import Accounting, uploads_within
 from fedclock.scenarios.schema import Scenario
 from fedclock.scheduling.modes import SyncMode
 
@@ -47,3 +59,34 @@ def choose_accounting(scenario: Scenario) -> Accounting:
         return Accounting("per_client", "every client joins every round: no sampling")
     return Accounting("sampled_fixed_size", f"uniform cohorts of {k} of {n} clients without replacement",
                       population=n, cohort=k)
+
+
+RETIRE_REASON = "privacy budget: the next upload would exceed budget.epsilon"
+"""The detail of a budget retirement's ``timeline.parquet`` row."""
+
+
+def budget_problem(scenario: Scenario) -> str | None:
+    """A one-line error when ``privacy.budget`` cannot act: the amplified rule (every client's
+    epsilon is the run's) or a budget that one upload already exceeds."""
+    privacy = scenario.privacy
+    if privacy is None or privacy.budget is None:
+        return None
+    accounting = choose_accounting(scenario)
+    if accounting.rule != "per_client":
+        return (f"privacy.budget: with {accounting.reason} every client's epsilon is the run's (amplification by "
+                f"sampling), so a per-client budget would retire every client at once; stop the run with stop.rounds "
+                f"instead, or pick clients another way")
+    if uploads_within(privacy) == 0:
+        eps = cumulative_epsilon(privacy.noise_multiplier, 1, privacy.budget.delta)
+        return (f"privacy.budget.epsilon: one upload at noise_multiplier {privacy.noise_multiplier:g} already spends "
+                f"epsilon {eps:.3g} (got a budget of {privacy.budget.epsilon:g}); raise the budget or the noise")
+    return None
+
+
+def upload_limits(scenario: Scenario) -> list[int] | None:
+    """Each client's applied uploads before it retires (None: no ``privacy.budget``); the
+    loader has checked :func:`budget_problem`."""
+    privacy = scenario.privacy
+    if privacy is None or privacy.budget is None:
+        return None
+    return [uploads_within(privacy)] * scenario.population.num_clients

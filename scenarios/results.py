@@ -79,7 +79,7 @@ CLIENTS_SCHEMA = pa.schema([
     ("tasks_dropped", pa.int64()), ("busy_s", pa.float64()), ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
     ("tasks_lost", pa.int64()), ("tasks_timed_out", pa.int64()), ("tasks_cancelled", pa.int64()),
     ("memory_gb", pa.float64()), ("feasible", pa.bool_()),
-    ("dp_releases", pa.int64()), ("dp_epsilon", pa.float64()),
+    ("dp_releases", pa.int64()), ("dp_epsilon", pa.float64()), ("retired_at", pa.float64()),
 ])
 
 CLIENT_METRICS_SCHEMA = pa.schema([

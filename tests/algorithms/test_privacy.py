@@ -17,8 +17,9 @@ from fedclock.algorithms.dp import PLD_DISCRETIZATION, classical_multiplier
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_dp import FedAvgDP, FedAvgDPParams
 from fedclock.algorithms.fedbuff import FedBuff, FedBuffParams
-from fedclock.algorithms.privacy import CLIPPED, RELEASES, Accounting, PrivacyConfig, client_epsilons, \
-    sampled_epsilon, with_privacy
+from fedclock.algorithms.dp import cumulative_epsilon
+from fedclock.algorithms.privacy import CLIPPED, RELEASES, Accounting, PrivacyBudget, PrivacyConfig, \
+    client_epsilons, sampled_epsilon, uploads_within, with_privacy
 from fedclock.scenarios.loader import ScenarioError, parse_suite
 from fedclock.scenarios.privacy_accounting import choose_accounting
 from tests.algorithms.tiny import DATA, FACTORY, W, gen
@@ -187,6 +188,42 @@ def test_accounting_rule_follows_how_clients_are_chosen() -> None:
      r"^f: privacy: does not combine with upload\.compression"),
 ])
 def test_bad_privacy_settings_are_one_line_errors(changes: dict, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message) as info:
+        _parse(**changes)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("z,epsilon", [(1.1, 6.0), (3.0, 2.0), (0.5, 1.0)])
+def test_uploads_within_is_the_last_count_inside_the_budget(z: float, epsilon: float) -> None:
+    cfg = PrivacyConfig(mode="central", clip=1.0, noise_multiplier=z, budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
+    k = uploads_within(cfg)
+    assert cfg.delta == 1e-5
+    if k == 0:
+        assert cumulative_epsilon(z, 1, 1e-5) > epsilon
+    else:
+        assert cumulative_epsilon(z, k, 1e-5) <= epsilon < cumulative_epsilon(z, k + 1, 1e-5)
+    assert k == 0 if (z, epsilon) == (0.5, 1.0) else k >= 1
+
+
+BUDGET = {**CENTRAL, "budget": {"epsilon": 5.0, "delta": 1e-5}}
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"privacy": {**BUDGET, "budget": {"epsilon": 0, "delta": 1e-5}}},
+     r"^f: privacy\.budget\.epsilon: Input should be greater than 0 \(got 0\)$"),
+    ({"privacy": {**BUDGET, "budget": {"epsilon": -1, "delta": 1e-5}}},
+     r"^f: privacy\.budget\.epsilon: Input should be greater than 0 \(got -1\)$"),
+    ({"privacy": {**BUDGET, "budget": {"epsilon": 5, "delta": 1}}},
+     r"^f: privacy\.budget\.delta: Input should be less than 1 \(got 1\)$"),
+    ({"privacy": {**BUDGET, "delta": 1e-3}}, r"^f: privacy\.delta: with a budget, epsilon is reported at budget"),
+    ({"privacy": {**BUDGET, "budget": {"epsilon": 0.1, "delta": 1e-5}}},
+     r"^f: privacy\.budget\.epsilon: one upload at noise_multiplier 1 already spends epsilon 4\.\d+ \(got a budget "
+     r"of 0\.1\); raise the budget or the noise$"),
+    ({"privacy": BUDGET, "mode": {"type": "sync", "cohort_size": 3}},
+     r"^f: privacy\.budget: with uniform cohorts of 3 of 10 clients without replacement every client's epsilon is "
+     r"the run's"),
+])
+def test_bad_budgets_are_one_line_errors(changes: dict, message: str) -> None:
     with pytest.raises(ScenarioError, match=message) as info:
         _parse(**changes)
     assert "\n" not in str(info.value)

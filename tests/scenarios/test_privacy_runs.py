@@ -83,3 +83,25 @@ def test_local_dp_clipped_fraction_and_noise(tmp_path: Path, clip: float, fracti
     assert set(metrics.dp_noise_std.dropna()) == {Z * 2 * clip}
     assert set(metrics.dp_amplified.dropna()) == {0.0}
     assert clients.dp_releases.tolist() == [1] * 6
+
+
+def test_a_spent_budget_retires_the_client_for_good(tmp_path: Path) -> None:
+    """Budget between the epsilon of 2 and of 3 releases: every client retires at its second
+    applied upload (faster devices sooner), is never dispatched again, and the retirement is
+    a ``retired`` row of timeline.parquet and ``retired_at`` in clients.parquet; the run ends
+    when no client is left."""
+    budget = (cumulative_epsilon(Z, 2, DELTA) + cumulative_epsilon(Z, 3, DELTA)) / 2
+    metrics, clients, events = tables(
+        tmp_path, algorithm={"name": "fedbuff", "lr": 0.1, "local_steps": 3, "buffer_size": 2},
+        mode={"type": "async", "concurrency": 3}, stop={"versions": 20},
+        privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "budget": {"epsilon": budget, "delta": DELTA}})
+    timeline = pd.read_parquet(tmp_path / "timeline.parquet")
+    assert clients.tasks.tolist() == [2] * 6 and clients.tasks_applied.tolist() == [2] * 6
+    assert (clients.dp_epsilon <= budget).all() and metrics.iloc[-1].dp_delta == DELTA
+    retired = timeline[timeline.type == "retired"]
+    assert sorted(c for cs in retired.clients for c in cs) == list(range(6))
+    for row in retired.itertuples():
+        for c in row.clients:
+            assert clients.retired_at[c] == row.time
+            assert events[events.client == c].finished_at.max() == row.time  # retired as its 2nd upload lands
+    assert clients.retired_at.nunique() > 1  # heterogeneous devices spend their budgets at different times
