@@ -12,7 +12,10 @@ import pytest
 from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.dp import cumulative_epsilon
 from fedclock.algorithms.privacy import sampled_epsilon
+from fedclock.scenarios.compare import compare_runs, comparison_table
 from fedclock.scenarios.experiment import run_scenario
+from fedclock.scenarios.plots import participation_figure
+from fedclock.scenarios.rundirs import read_run
 from tests.conftest import scenario
 
 Z, CLIP, DELTA = 1.1, 0.5, 1e-4
@@ -105,3 +108,8 @@ def test_a_spent_budget_retires_the_client_for_good(tmp_path: Path) -> None:
             assert clients.retired_at[c] == row.time
             assert events[events.client == c].finished_at.max() == row.time  # retired as its 2nd upload lands
     assert clients.retired_at.nunique() > 1  # heterogeneous devices spend their budgets at different times
+    frame = compare_runs([read_run(tmp_path)])
+    assert frame.dp_epsilon.tolist() == [clients.dp_epsilon.max()] and frame.dp_delta.tolist() == [DELTA]
+    assert "epsilon" in [c.header for c in comparison_table(frame).columns]
+    legend = participation_figure([read_run(tmp_path)]).axes[0].get_legend()
+    assert any(t.get_text().endswith(": 6 retired by their privacy budget") for t in legend.get_texts())
