@@ -36,6 +36,24 @@ aggregation_problem`); others are refused by the loader in one line. The divisor
 number of updates the step received, which the model's observers can learn; the guarantee
 covers the noised sum ``S + noise`` (the released model is its post-processing given ``m``).
 
+**Adaptive clipping** (``privacy.adaptive``, central mode only: a client's clip would
+otherwise depend on the others' updates). Quantile clipping after Andrew, Thakkar, McMahan
+and Ramaswamy (NeurIPS 2021): the server holds the clip ``C_t`` (starting at ``privacy.clip``)
+and sends it with the model (4 bytes); each client clips to it and uploads, besides its
+update, whether the update was within it (one byte). The server clips every update again to
+the current ``C_t`` (an update of a client that started before the last change may have been
+clipped to an older, larger clip), noises the updates' sum with multiplier ``z_Delta`` and the
+count of unclipped updates with standard deviation ``sigma_b`` (``bit_noise``; drawn after
+the updates' noise, split over the step's arrivals as the updates' noise is), and after each
+global step sets ``C <- C exp(-eta_C (b - gamma))`` with ``b`` the step's noisy share of
+unclipped updates (the geometric update; ``gamma`` = ``target_quantile``, ``eta_C`` =
+``learning_rate``). Each client's bit moves the centred count by at most 1/2, so the bits are a
+Gaussian mechanism of multiplier ``2 sigma_b``; choosing ``z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2``
+makes the two mechanisms of one step together exactly one Gaussian mechanism of multiplier
+``z`` (Gaussian mechanisms compose as one whose inverse squared multipliers add), so the
+accounting below is unchanged. An asynchronous client's bit refers to the clip it was sent,
+which may be one step old. ``dp_clip`` in ``metrics.parquet`` is the clip of the next step.
+
 **What is counted** (the accounting's input, :func:`client_epsilons`). Each client's
 *releases*: in local mode every upload the server folds in (a result the simulated server
 discards, late or timed out, is never seen and not counted); in central mode every upload
@@ -65,8 +83,9 @@ so compare runs under one rule (``fedclock compare`` and ``metrics.parquet`` nam
 ``dp_epsilon`` (the largest client's epsilon at ``privacy.delta``), ``dp_delta``,
 ``dp_uploads_max``, ``dp_clipped_fraction`` (of the uploads in the latest global step, those
 whose update norm exceeded ``C``: a measurement of the simulator, which the server of a real
-local-DP system would not see), and ``dp_noise_std`` (the per-coordinate noise of the step:
-``z * 2C`` per upload in local mode, ``z * C`` on the sum in central mode), ``dp_amplified``
+local-DP system would not see), ``dp_noise_std`` (the per-coordinate noise: ``z * 2C`` per
+upload in local mode, ``z * C`` on the sum in central mode, ``z_Delta * C_t`` with adaptive
+clipping, for the next step), ``dp_clip`` (the clip of the next step) and ``dp_amplified``
 (1 under ``sampled_fixed_size``, else 0). The rule and its reason are written to the run's
 ``privacy.json`` by the scenario layer (:func:`Accounting.record`). Per-client epsilons
 and releases go to ``clients.parquet`` (:meth:`PrivateUploads.client_privacy`).
@@ -81,7 +100,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResult, ServerState, Tensors
+from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResult, EvalResult, ServerState, \
+    Tensors
 from fedclock.algorithms.dp import SENSITIVITY_PER_CLIP, clip_to_norm, count_uploads, cumulative_epsilon
 
 CLIPPED = "privacy.clipped"
@@ -95,6 +115,12 @@ PENDING = "privacy.pending"
 """``state.extra`` key: ``[uploads, clipped]`` folded in since the last global step."""
 LAST = "privacy.last"
 """``state.extra`` key: ``[uploads, clipped]`` of the latest global step."""
+CLIP = "privacy.clip"
+"""Adaptive clipping: ``state.extra`` key and payload key (float32, one value) of the current
+clip ``C_t``."""
+BITS = "privacy.bits"
+"""Adaptive clipping: ``state.extra`` key of the noisy count of unclipped updates folded in
+since the last global step."""
 
 MIN_NOISE_MULTIPLIER = 0.1
 """Smallest ``privacy.noise_multiplier``: one Gaussian release at ``z = 0.1`` already spends
@@ -125,6 +151,20 @@ class PrivacyBudget(BaseModel):
     delta: float = Field(gt=0, lt=1, description="delta of the budget (the spent epsilon is reported at it)")
 
 
+class AdaptiveClip(BaseModel):
+    """``privacy.adaptive``: quantile clipping after Andrew et al. (NeurIPS 2021), central mode
+    (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    target_quantile: float = Field(default=0.5, gt=0, lt=1, description="gamma: share of the updates the clip "
+                                   "should leave unclipped")
+    learning_rate: float = Field(default=0.2, gt=0, le=10, description="eta_C of the geometric update "
+                                 "C <- C exp(-eta_C (b - gamma))")
+    bit_noise: float = Field(gt=0, le=1e6, description="sigma_b: noise standard deviation on the sum of one step's "
+                             "unclipped-bits (Andrew et al. suggest the expected uploads per step / 20)")
+
+
 class PrivacyConfig(BaseModel):
     """The ``privacy:`` section of a scenario: clipping, the Gaussian noise and where it is
     added, and the delta at which epsilon is reported (see the module's docstring)."""
@@ -142,6 +182,30 @@ class PrivacyConfig(BaseModel):
                          "(with a budget: the budget's delta)")
     budget: PrivacyBudget | None = Field(default=None, description="{epsilon, delta} each client may spend: a "
                                          "client whose next upload would exceed it is retired")
+    adaptive: AdaptiveClip | None = Field(default=None, description="central mode: clip adapted to a quantile of "
+                                          "the update norms, clip being its initial value (unset: fixed clip)")
+
+    @model_validator(mode="after")
+    def _adaptive_is_central(self) -> "PrivacyConfig":
+        """Adaptive clipping spends part of the central noise on the clip's estimate."""
+        if self.adaptive is None:
+            return self
+        if self.mode != "central":
+            raise ValueError("adaptive: quantile clipping needs mode: central (a client's clip would depend on the "
+                             "other clients' updates)")
+        if 2 * self.adaptive.bit_noise <= self.noise_multiplier:
+            raise ValueError(f"adaptive.bit_noise: must exceed noise_multiplier / 2 = {self.noise_multiplier / 2:g} "
+                             f"(the bits' share of the privacy would take all of it; got {self.adaptive.bit_noise:g})")
+        return self
+
+    @property
+    def delta_multiplier(self) -> float:
+        """The noise multiplier of the updates' sum: ``z`` with a fixed clip; with adaptive
+        clipping ``z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2``, so that the updates' and the bits'
+        Gaussian mechanisms together are one of multiplier ``z`` (Andrew et al. 2021)."""
+        if self.adaptive is None:
+            return self.noise_multiplier
+        return (self.noise_multiplier ** -2 - (2 * self.adaptive.bit_noise) ** -2) ** -0.5
 
     @model_validator(mode="before")
     @classmethod
@@ -168,7 +232,11 @@ class PrivacyConfig(BaseModel):
         same expression as :func:`fedclock.algorithms.dp.noise_std`), ``z * C`` on the sum (central)."""
         if self.mode == "local":
             return self.noise_multiplier * SENSITIVITY_PER_CLIP * self.clip
-        return self.noise_multiplier * self.clip
+        return self.delta_multiplier * self.clip
+
+    def sum_noise_std(self, clip: float) -> float:
+        """Central mode: the per-coordinate noise on the sum of updates clipped to ``clip``."""
+        return self.delta_multiplier * clip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +288,19 @@ def client_epsilons(config: PrivacyConfig, accounting: Accounting, releases: lis
         eps = sampled_epsilon(config.noise_multiplier, accounting.population, accounting.cohort, steps, config.delta)
         return [eps] * len(releases)
     return [cumulative_epsilon(config.noise_multiplier, int(k), config.delta) for k in releases]
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 (the clip travels to the clients as float32, and the
+    server clips again with exactly that value)."""
+    return float(torch.tensor(value, dtype=torch.float32))
+
+
+def adapted_clip(clip: float, unclipped: float, adaptive: AdaptiveClip) -> float:
+    """The next clip of quantile clipping (Andrew et al. 2021, geometric update):
+    ``C exp(-eta_C (b - gamma))`` with ``b`` the step's noisy share of unclipped updates,
+    rounded to float32."""
+    return _float32(clip * math.exp(-adaptive.learning_rate * (unclipped - adaptive.target_quantile)))
 
 
 MAX_BUDGET_UPLOADS = 1 << 20
@@ -290,41 +371,89 @@ class PrivateUploads(_Mixin):
         return _rebuild, (inner, self.params, self.model_factory, self.num_clients, self.server_optimizer,
                           self.privacy, self.accounting, self.stateless_clients)
 
+    def init_server(self, rng: torch.Generator) -> ServerState:
+        """The algorithm's initial state; with adaptive clipping the clip starts at ``clip``."""
+        state: ServerState = super().init_server(rng)
+        if self.privacy.adaptive is None:
+            return state
+        return state.evolve(extra={**state.extra, CLIP: _float32(self.privacy.clip)})
+
+    def clip_at(self, state: ServerState) -> float:
+        """The clip ``C_t`` of the next step (``privacy.clip`` unless adaptive clipping moved it)."""
+        return float(state.extra.get(CLIP, self.privacy.clip))
+
+    def payload_for(self, state: ServerState, client: int) -> Tensors:
+        """The algorithm's payload; with adaptive clipping also the current clip (4 bytes)."""
+        payload: Tensors = super().payload_for(state, client)
+        if self.privacy.adaptive is None:
+            return payload
+        return {**payload, CLIP: torch.tensor([self.clip_at(state)], dtype=torch.float32)}
+
+    def download_bytes(self) -> int:
+        return int(super().download_bytes()) + (4 if self.privacy.adaptive is not None else 0)
+
+    def upload_bytes(self) -> int:
+        """The algorithm's upload; with adaptive clipping also the one-byte unclipped bit (the
+        clipping flag is otherwise a simulator measurement, not charged)."""
+        return int(super().upload_bytes()) + (1 if self.privacy.adaptive is not None else 0)
+
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:
-        """The algorithm's update, its ``"delta"`` clipped to ``C`` on the client and, in local
-        mode, noised with ``N(0, (z 2C)^2)`` from ``rng`` after the local work's draws."""
-        result: ClientResult = super().client_update(payload, client_state, data, rng)
+        """The algorithm's update, its ``"delta"`` clipped to ``C`` (the payload's with
+        adaptive clipping) on the client and, in local mode, noised with ``N(0, (z 2C)^2)``
+        from ``rng`` after the local work's draws."""
+        inner = {k: v for k, v in payload.items() if k != CLIP}
+        result: ClientResult = super().client_update(inner, client_state, data, rng)
         cfg = self.privacy
+        clip = float(payload[CLIP][0]) if CLIP in payload else cfg.clip
         delta = result.upload["delta"].detach().to("cpu", torch.float32)
-        clipped = clip_to_norm(delta, cfg.clip)
+        clipped = clip_to_norm(delta, clip)
         if cfg.mode == "local":
             noise = torch.randn(clipped.shape, generator=rng, dtype=torch.float32)
             clipped = clipped + cfg.noise_std * noise
-        flag = torch.tensor([float(delta.norm()) > cfg.clip], dtype=torch.uint8)
+        flag = torch.tensor([float(delta.norm()) > clip], dtype=torch.uint8)
         return dataclasses.replace(result, upload={**result.upload, "delta": clipped, CLIPPED: flag})
+
+    def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                        batch_size: int) -> EvalResult:
+        out: EvalResult = super().evaluate_client({k: v for k, v in payload.items() if k != CLIP}, client_state,
+                                                  data, batch_size)
+        return out
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:
-        """Count the releases, add the central noise (central mode) and run the algorithm's
-        own rule on the arrivals without the clipping flag."""
+        """Count the releases, add the central noise (central mode; with adaptive clipping
+        the updates are clipped again to the current ``C_t``, then the bits are noised after
+        the updates) and run the algorithm's own rule on the arrivals without the clipping flag."""
         cfg = self.privacy
-        clipped = sum(int(a.upload[CLIPPED].sum()) if CLIPPED in a.upload else 0 for a in arrivals)
+        flags = [int(a.upload[CLIPPED].sum()) if CLIPPED in a.upload else 0 for a in arrivals]
         ready = []
+        clip = self.clip_at(state)
         if cfg.mode == "central" and arrivals:
-            share = cfg.noise_std / math.sqrt(self.deltas_per_step(arrivals))
+            k = self.deltas_per_step(arrivals)
+            share = cfg.sum_noise_std(clip) / math.sqrt(k)
             for a in arrivals:
                 delta = a.upload["delta"].to(torch.float32)
+                if cfg.adaptive is not None:
+                    delta = clip_to_norm(delta, clip)
                 noisy = delta + share * torch.randn(delta.shape, generator=rng, dtype=torch.float32)
-                upload = {k: v for k, v in a.upload.items() if k != CLIPPED}
+                upload = {key: v for key, v in a.upload.items() if key != CLIPPED}
                 ready.append(dataclasses.replace(a, upload={**upload, "delta": noisy}, num_samples=1, steps=1))
         else:
-            ready = [dataclasses.replace(a, upload={k: v for k, v in a.upload.items() if k != CLIPPED})
+            ready = [dataclasses.replace(a, upload={key: v for key, v in a.upload.items() if key != CLIPPED})
                      for a in arrivals]
+        bits = float(state.extra.get(BITS, 0.0))
+        if cfg.adaptive is not None and arrivals:
+            bit_share = cfg.adaptive.bit_noise / math.sqrt(self.deltas_per_step(arrivals))
+            for flag in flags:
+                bits += (1 - flag) + bit_share * float(torch.randn(1, generator=rng, dtype=torch.float64))
         new, changed = super().server_receive(state, ready, rng)
-        pending = [a + b for a, b in zip(state.extra.get(PENDING, [0, 0]), [len(arrivals), clipped])]
+        pending = [a + b for a, b in zip(state.extra.get(PENDING, [0, 0]), [len(arrivals), sum(flags)])]
         extra = {**new.extra, STEPS: int(state.extra.get(STEPS, 0)) + int(bool(changed)),
                  PENDING: [0, 0] if changed else pending, LAST: pending if changed else state.extra.get(LAST, [0, 0])}
+        if cfg.adaptive is not None:
+            extra[BITS] = 0.0 if changed else bits
+            extra[CLIP] = adapted_clip(clip, bits / pending[0], cfg.adaptive) if changed and pending[0] else clip
         releases = state.tensors.get(RELEASES)
         if arrivals:
             releases = count_uploads(releases, [a.client for a in arrivals])
@@ -352,7 +481,8 @@ class PrivateUploads(_Mixin):
         out.update({"dp_epsilon": max(eps, default=0.0), "dp_delta": self.privacy.delta,
                     "dp_uploads_max": max(per_client["dp_releases"], default=0.0),
                     "dp_clipped_fraction": clipped / uploads if uploads else float("nan"),
-                    "dp_noise_std": self.privacy.noise_std,
+                    "dp_noise_std": self.privacy.noise_std if self.privacy.mode == "local" else
+                    self.privacy.sum_noise_std(self.clip_at(state)), "dp_clip": self.clip_at(state),
                     "dp_amplified": float(self.accounting.rule == "sampled_fixed_size")})
         return out
 

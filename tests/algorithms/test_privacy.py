@@ -18,8 +18,8 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_dp import FedAvgDP, FedAvgDPParams
 from fedclock.algorithms.fedbuff import FedBuff, FedBuffParams
 from fedclock.algorithms.dp import cumulative_epsilon
-from fedclock.algorithms.privacy import CLIPPED, RELEASES, Accounting, PrivacyBudget, PrivacyConfig, \
-    client_epsilons, sampled_epsilon, uploads_within, with_privacy
+from fedclock.algorithms.privacy import CLIP, CLIPPED, RELEASES, Accounting, AdaptiveClip, PrivacyBudget, \
+    PrivacyConfig, client_epsilons, sampled_epsilon, uploads_within, with_privacy
 from fedclock.scenarios.loader import ScenarioError, parse_suite
 from fedclock.scenarios.privacy_accounting import choose_accounting
 from tests.algorithms.tiny import DATA, FACTORY, W, gen
@@ -224,6 +224,53 @@ BUDGET = {**CENTRAL, "budget": {"epsilon": 5.0, "delta": 1e-5}}
      r"the run's"),
 ])
 def test_bad_budgets_are_one_line_errors(changes: dict, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message) as info:
+        _parse(**changes)
+    assert "\n" not in str(info.value)
+
+
+def test_adaptive_clipping_moves_the_clip_toward_the_quantile_by_hand() -> None:
+    """C0 = 0.5, z = 1, sigma_b = 2, gamma = 0.5, eta = 0.2; one of two clients clipped. The
+    updates' sum gets z_Delta C0 = 0.5 * 4 / sqrt(15) (split over the two arrivals), then the
+    bits count 1 + 2 / sqrt(2) (xi_0 + xi_1), and C1 = C0 exp(-0.2 (count / 2 - 0.5))."""
+    adaptive = AdaptiveClip(target_quantile=0.5, learning_rate=0.2, bit_noise=2.0)
+    cfg = PrivacyConfig(mode="central", clip=0.5, noise_multiplier=1.0, adaptive=adaptive)
+    assert cfg.delta_multiplier == pytest.approx(4 / math.sqrt(15), rel=1e-12)
+    algo = FedAvg(FedAvgParams(), FACTORY)
+    algo.num_clients = 2
+    algo = with_privacy(algo, cfg, PER_CLIENT)
+    state = algo.init_server(gen(0))
+    w0 = state.tensors["weights"].clone()
+    assert algo.payload_for(state, 0)[CLIP].tolist() == [0.5] and algo.server_metrics(state)["dp_clip"] == 0.5
+    d0, d1 = torch.full((10,), 0.1), torch.full((10,), -0.05)  # norms 0.316 and 0.158, within C0
+    arrivals = [Arrival(0, {"delta": d0, CLIPPED: torch.tensor([1], dtype=torch.uint8)}, 3, 0, 0),
+                Arrival(1, {"delta": d1, CLIPPED: torch.tensor([0], dtype=torch.uint8)}, 7, 0, 0)]
+    state, _ = algo.receive(state, arrivals, gen(4))
+    g = gen(4)
+    share = 0.5 * (4 / math.sqrt(15)) / math.sqrt(2)
+    xi = [torch.randn(10, generator=g) for _ in range(2)]
+    bits = [float(torch.randn(1, generator=g, dtype=torch.float64)) for _ in range(2)]
+    count = 0 + bits[0] * 2 / math.sqrt(2) + 1 + bits[1] * 2 / math.sqrt(2)
+    c1 = float(torch.tensor(0.5 * math.exp(-0.2 * (count / 2 - 0.5)), dtype=torch.float32))
+    assert torch.allclose(state.tensors["weights"], w0 + 0.5 * (d0 + share * xi[0]) + 0.5 * (d1 + share * xi[1]),
+                          atol=1e-7)
+    assert state.extra[CLIP] == c1 != 0.5
+    metrics = algo.server_metrics(state)
+    assert metrics["dp_clip"] == c1 and metrics["dp_noise_std"] == pytest.approx(c1 * 4 / math.sqrt(15))
+    # the next client clips to the new clip it receives
+    upload = algo.client_update(algo.payload_for(state, 0), None, DATA, gen(1)).upload["delta"]
+    assert float(upload.norm()) <= c1 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"privacy": {**CENTRAL, "mode": "local", "adaptive": {"bit_noise": 2}}},
+     r"^f: privacy\.adaptive: quantile clipping needs mode: central \(a client's clip would depend"),
+    ({"privacy": {**CENTRAL, "adaptive": {"bit_noise": 0.5}}},
+     r"^f: privacy\.adaptive\.bit_noise: must exceed noise_multiplier / 2 = 0\.5 \(the bits. share"),
+    ({"privacy": {**CENTRAL, "adaptive": {"bit_noise": 2, "target_quantile": 1}}},
+     r"^f: privacy\.adaptive\.target_quantile: Input should be less than 1 \(got 1\)$"),
+])
+def test_bad_adaptive_clipping_settings_are_one_line_errors(changes: dict, message: str) -> None:
     with pytest.raises(ScenarioError, match=message) as info:
         _parse(**changes)
     assert "\n" not in str(info.value)
