@@ -145,3 +145,25 @@ def test_adaptive_clipping_finds_the_median_update_norm(tmp_path: Path) -> None:
     z_delta = (0.8 ** -2 - 2.0 ** -2) ** -0.5
     assert ((metrics.dp_noise_std - z_delta * metrics.dp_clip).abs() < 1e-9).all()
     assert 0.3 <= metrics.dp_clipped_fraction.iloc[-10:].mean() <= 0.7
+
+
+@pytest.mark.slow
+def test_same_tables_on_ray_and_inline(ray_runtime: Runtime, tmp_path: Path) -> None:
+    """The private algorithm travels to Ray actors (pickled as its class plus settings), the
+    clip with the payload, the noise from seeded generators: adaptive central DP with FedBuff
+    and a budget writes the same tables on Ray as inline."""
+    sections = dict(
+        population=POPULATION, dataset={"name": "digits"}, evaluation={"every": 2},
+        algorithm={"name": "fedbuff", "lr": 0.1, "local_steps": 3, "buffer_size": 2},
+        mode={"type": "async", "concurrency": 3}, stop={"versions": 8},
+        privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "adaptive": {"bit_noise": 2.0},
+                 "budget": {"epsilon": cumulative_epsilon(Z, 3, DELTA), "delta": DELTA}})
+    run_scenario(scenario(**sections, runtime={"backend": "ray", "num_actors": 2}), ray_runtime, tmp_path / "ray")
+    run_scenario(scenario(**sections), Runtime("inline"), tmp_path / "inline")
+    for table in ("metrics", "events", "clients", "timeline"):
+        a = pd.read_parquet(tmp_path / "ray" / f"{table}.parquet")
+        b = pd.read_parquet(tmp_path / "inline" / f"{table}.parquet")
+        if table == "metrics":
+            a, b = a.drop(columns=["wall_time"]), b.drop(columns=["wall_time"])
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert (pd.read_parquet(tmp_path / "inline" / "timeline.parquet").type == "retired").any()
