@@ -95,7 +95,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -142,13 +142,44 @@ else:
     _Mixin = object
 
 
+class BudgetGroup(BaseModel):
+    """One entry of ``privacy.budget.clients``: these clients' own epsilon."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    ids: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="client ids")
+    epsilon: float = Field(gt=0, le=1e6, description="epsilon each of these clients may spend")
+
+
 class PrivacyBudget(BaseModel):
-    """``privacy.budget``: the (epsilon, delta) each client may spend over the run."""
+    """``privacy.budget``: the (epsilon, delta) each client may spend over the run; groups of
+    clients may have their own epsilon (``clients``), at the same delta."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     epsilon: float = Field(gt=0, le=1e6, description="epsilon each client may spend")
     delta: float = Field(gt=0, lt=1, description="delta of the budget (the spent epsilon is reported at it)")
+    clients: list[BudgetGroup] = Field(default_factory=list, description="[{ids, epsilon}]: other budgets for "
+                                       "these clients (a client in no group has epsilon)")
+
+    @model_validator(mode="after")
+    def _one_budget_per_client(self) -> "PrivacyBudget":
+        seen: dict[int, int] = {}
+        for i, group in enumerate(self.clients):
+            for c in group.ids:
+                if c in seen:
+                    raise ValueError(f"clients[{i}].ids: client {c} already has a budget in clients[{seen[c]}]")
+                seen[c] = i
+        return self
+
+    def epsilons(self, num_clients: int) -> list[float]:
+        """Each client's epsilon (ids at or beyond ``num_clients`` are the loader's to refuse)."""
+        out = [self.epsilon] * num_clients
+        for group in self.clients:
+            for c in group.ids:
+                if c < num_clients:
+                    out[c] = group.epsilon
+        return out
 
 
 class AdaptiveClip(BaseModel):
@@ -308,17 +339,15 @@ MAX_BUDGET_UPLOADS = 1 << 20
 beyond any simulation here)."""
 
 
-def uploads_within(config: PrivacyConfig) -> int:
+@lru_cache(maxsize=256)
+def uploads_within(noise_multiplier: float, epsilon: float, delta: float) -> int:
     """The most releases ``k`` of one client whose per-client composition
     (:func:`~fedclock.algorithms.dp.cumulative_epsilon`, the accountant the run reports with)
-    stays within ``config.budget``: ``epsilon(k) <= budget.epsilon < epsilon(k + 1)`` (0: not
+    stays within the budget: ``epsilon(k) <= epsilon < epsilon(k + 1)`` at ``delta`` (0: not
     even one; at most :data:`MAX_BUDGET_UPLOADS`). Epsilon grows with ``k``, so a doubling
     then a bisection finds it."""
-    budget = config.budget
-    assert budget is not None, "uploads_within needs privacy.budget"
-
     def within(k: int) -> bool:
-        return cumulative_epsilon(config.noise_multiplier, k, budget.delta) <= budget.epsilon
+        return cumulative_epsilon(noise_multiplier, k, delta) <= epsilon
 
     if not within(1):
         return 0

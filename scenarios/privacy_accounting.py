@@ -12,8 +12,9 @@ among all ``N``). The scenario samples fixed-size cohorts only (no Poisson sampl
 amplified rule is the fixed-size one. Every other run composes each client's own releases
 (``per_client``); the first condition that fails is the recorded reason.
 
-**The budget as heterogeneity** (``privacy.budget``). Under ``per_client`` accounting a
-client's epsilon depends only on its own releases, so its budget is a number of uploads,
+**The budget as heterogeneity** (``privacy.budget``, one epsilon for every client or, with
+``budget.clients``, one per group of ids). Under ``per_client`` accounting a client's
+epsilon depends only on its own releases, so its budget is a number of uploads,
 :func:`~fedclock.algorithms.privacy.uploads_within`: the clock retires a client when its
 applied uploads reach it (:meth:`~fedclock.scheduling.timeline.Timeline.retire`: offline for
 good, a ``retired`` row of ``timeline.parquet``, ``retired_at`` in ``clients.parquet``), so
@@ -76,10 +77,17 @@ def budget_problem(scenario: Scenario) -> str | None:
         return (f"privacy.budget: with {accounting.reason} every client's epsilon is the run's (amplification by "
                 f"sampling), so a per-client budget would retire every client at once; stop the run with stop.rounds "
                 f"instead, or pick clients another way")
-    if uploads_within(privacy) == 0:
-        eps = cumulative_epsilon(privacy.noise_multiplier, 1, privacy.budget.delta)
-        return (f"privacy.budget.epsilon: one upload at noise_multiplier {privacy.noise_multiplier:g} already spends "
-                f"epsilon {eps:.3g} (got a budget of {privacy.budget.epsilon:g}); raise the budget or the noise")
+    budget, n = privacy.budget, scenario.population.num_clients
+    for i, group in enumerate(budget.clients):
+        beyond = [c for c in group.ids if c >= n]
+        if beyond:
+            return f"privacy.budget.clients[{i}].ids: client {beyond[0]} does not exist (allowed: 0..{n - 1})"
+    for field, epsilon in [("privacy.budget.epsilon", budget.epsilon)] + [
+            (f"privacy.budget.clients[{i}].epsilon", g.epsilon) for i, g in enumerate(budget.clients)]:
+        if uploads_within(privacy.noise_multiplier, epsilon, budget.delta) == 0:
+            eps = cumulative_epsilon(privacy.noise_multiplier, 1, budget.delta)
+            return (f"{field}: one upload at noise_multiplier {privacy.noise_multiplier:g} already spends epsilon "
+                    f"{eps:.3g} (got a budget of {epsilon:g}); raise the budget or the noise")
     return None
 
 
@@ -89,4 +97,6 @@ def upload_limits(scenario: Scenario) -> list[int] | None:
     privacy = scenario.privacy
     if privacy is None or privacy.budget is None:
         return None
-    return [uploads_within(privacy)] * scenario.population.num_clients
+    budget = privacy.budget
+    return [uploads_within(privacy.noise_multiplier, eps, budget.delta)
+            for eps in budget.epsilons(scenario.population.num_clients)]

@@ -196,7 +196,7 @@ def test_bad_privacy_settings_are_one_line_errors(changes: dict, message: str) -
 @pytest.mark.parametrize("z,epsilon", [(1.1, 6.0), (3.0, 2.0), (0.5, 1.0)])
 def test_uploads_within_is_the_last_count_inside_the_budget(z: float, epsilon: float) -> None:
     cfg = PrivacyConfig(mode="central", clip=1.0, noise_multiplier=z, budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
-    k = uploads_within(cfg)
+    k = uploads_within(z, epsilon, 1e-5)
     assert cfg.delta == 1e-5
     if k == 0:
         assert cumulative_epsilon(z, 1, 1e-5) > epsilon
@@ -219,6 +219,13 @@ BUDGET = {**CENTRAL, "budget": {"epsilon": 5.0, "delta": 1e-5}}
     ({"privacy": {**BUDGET, "budget": {"epsilon": 0.1, "delta": 1e-5}}},
      r"^f: privacy\.budget\.epsilon: one upload at noise_multiplier 1 already spends epsilon 4\.\d+ \(got a budget "
      r"of 0\.1\); raise the budget or the noise$"),
+    ({"privacy": {**BUDGET, "budget": {**BUDGET["budget"], "clients": [{"ids": [1, 2], "epsilon": 9},
+                                                                      {"ids": [2], "epsilon": 3}]}}},
+     r"^f: privacy\.budget\.clients\[1\]\.ids: client 2 already has a budget in clients\[0\]$"),
+    ({"privacy": {**BUDGET, "budget": {**BUDGET["budget"], "clients": [{"ids": [10], "epsilon": 9}]}}},
+     r"^f: privacy\.budget\.clients\[0\]\.ids: client 10 does not exist \(allowed: 0\.\.9\)$"),
+    ({"privacy": {**BUDGET, "budget": {**BUDGET["budget"], "clients": [{"ids": [4], "epsilon": 0.2}]}}},
+     r"^f: privacy\.budget\.clients\[0\]\.epsilon: one upload at noise_multiplier 1 already spends"),
     ({"privacy": BUDGET, "mode": {"type": "sync", "cohort_size": 3}},
      r"^f: privacy\.budget: with uniform cohorts of 3 of 10 clients without replacement every client's epsilon is "
      r"the run's"),

@@ -167,3 +167,18 @@ def test_same_tables_on_ray_and_inline(ray_runtime: Runtime, tmp_path: Path) -> 
             a, b = a.drop(columns=["wall_time"]), b.drop(columns=["wall_time"])
         pd.testing.assert_frame_equal(a, b, check_exact=True)
     assert (pd.read_parquet(tmp_path / "inline" / "timeline.parquet").type == "retired").any()
+
+
+def test_budgets_per_client_group(tmp_path: Path) -> None:
+    """Clients 0-2 may spend between epsilon(1) and epsilon(2), the others between epsilon(3)
+    and epsilon(4): one applied upload each for the first, three for the rest."""
+    eps = [cumulative_epsilon(Z, k, DELTA) for k in (1, 2, 3, 4)]
+    small, large = (eps[0] + eps[1]) / 2, (eps[2] + eps[3]) / 2
+    _, clients, _ = tables(
+        tmp_path, algorithm={"name": "fedbuff", "lr": 0.1, "local_steps": 3, "buffer_size": 2},
+        mode={"type": "async", "concurrency": 3}, stop={"versions": 30},
+        privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z,
+                 "budget": {"epsilon": large, "delta": DELTA, "clients": [{"ids": [0, 1, 2], "epsilon": small}]}})
+    assert clients.tasks_applied.tolist() == [1, 1, 1, 3, 3, 3]
+    assert clients.dp_epsilon.tolist() == [eps[0]] * 3 + [eps[2]] * 3
+    assert clients.retired_at.notna().all()
