@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from fedclock.actors.runtime import Runtime
-from fedclock.algorithms.dp import cumulative_epsilon
+from fedclock.algorithms.dp import classical_multiplier, cumulative_epsilon
 from fedclock.algorithms.privacy import sampled_epsilon
 from fedclock.scenarios.compare import compare_runs, comparison_table
 from fedclock.scenarios.experiment import run_scenario
@@ -182,3 +182,18 @@ def test_budgets_per_client_group(tmp_path: Path) -> None:
     assert clients.tasks_applied.tolist() == [1, 1, 1, 3, 3, 3]
     assert clients.dp_epsilon.tolist() == [eps[0]] * 3 + [eps[2]] * 3
     assert clients.retired_at.notna().all()
+
+
+def test_fedavg_dp_runs_as_fedavg_with_local_privacy(tmp_path: Path) -> None:
+    """Whole runs: ``fedavg_dp`` at (epsilon 0.5, delta 0.05, C 0.3) and ``fedavg`` with
+    ``privacy: {mode: local, clip: 0.3, noise_multiplier: the classical multiplier of (0.5,
+    0.05), delta: 0.05}`` write the same events and the same accuracies and epsilons."""
+    z = classical_multiplier(0.5, 0.05)
+    common = dict(mode={"type": "sync", "cohort_size": 3}, stop={"rounds": 3}, evaluation={"every": 1})
+    m_dp, _, e_dp = tables(tmp_path / "dp", algorithm={"name": "fedavg_dp", "lr": 0.1, "local_steps": 3,
+                                                       "epsilon": 0.5, "delta": 0.05, "dp_clip": 0.3}, **common)
+    m_layer, _, e_layer = tables(tmp_path / "layer", algorithm={"name": "fedavg", "lr": 0.1, "local_steps": 3},
+                                 privacy={"mode": "local", "clip": 0.3, "noise_multiplier": z, "delta": 0.05}, **common)
+    pd.testing.assert_frame_equal(e_dp, e_layer, check_exact=True)
+    for column in ("global_accuracy", "global_loss", "dp_epsilon", "dp_delta", "dp_uploads_max"):
+        assert m_dp[column].tolist() == m_layer[column].tolist(), column
