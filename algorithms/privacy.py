@@ -56,7 +56,9 @@ which may be one step old. ``dp_clip`` in ``metrics.parquet`` is the clip of the
 
 **What is counted** (the accounting's input, :func:`client_epsilons`). Each client's
 *releases*: in local mode every upload the server folds in (a result the simulated server
-discards, late or timed out, is never seen and not counted); in central mode every upload
+discards, late or timed out, is never seen and not counted, although a real client sent it:
+with deadlines or timeouts local-DP epsilons are those of the applied uploads only); in
+central mode every upload
 folded into a global step, counted when it is folded in (for a buffer, before the flush
 that releases it: conservative by at most the uploads still buffered). The number of global
 steps is counted too (the releases of the run's sampled mechanism).
@@ -105,8 +107,9 @@ from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResul
 from fedclock.algorithms.dp import SENSITIVITY_PER_CLIP, clip_to_norm, count_uploads, cumulative_epsilon
 
 CLIPPED = "privacy.clipped"
-"""Uncharged upload key: 1 when the client's update was longer than ``C`` (a simulator
-measurement for ``dp_clipped_fraction``; the algorithm never sees it)."""
+"""Upload key: 1 when the client's update was longer than its clip. With a fixed clip a
+simulator measurement for ``dp_clipped_fraction``, not charged; with adaptive clipping the
+client's bit, charged one byte. The algorithm never sees it."""
 RELEASES = "privacy.releases"
 """Server-state tensor of per-client release counts (int64, indexed by client id)."""
 STEPS = "privacy.steps"
