@@ -321,7 +321,8 @@ def client_epsilons(config: PrivacyConfig, accounting: Accounting, releases: lis
     if accounting.rule == "sampled_fixed_size":
         eps = sampled_epsilon(config.noise_multiplier, accounting.population, accounting.cohort, steps, config.delta)
         return [eps] * len(releases)
-    return [cumulative_epsilon(config.noise_multiplier, int(k), config.delta) for k in releases]
+    by_count = {k: cumulative_epsilon(config.noise_multiplier, k, config.delta) for k in set(map(int, releases))}
+    return [by_count[int(k)] for k in releases]
 
 
 def _float32(value: float) -> float:
@@ -507,11 +508,12 @@ class PrivateUploads(_Mixin):
     def server_metrics(self, state: ServerState) -> dict[str, float]:
         """The algorithm's own numbers, then the privacy spent so far (see the module)."""
         out: dict[str, float] = dict(super().server_metrics(state))
-        per_client = self.client_privacy(state)
-        eps = per_client["dp_epsilon"]
+        counts = state.tensors.get(RELEASES)
+        most = int(counts.max()) if counts is not None and counts.numel() else 0
+        # epsilon grows with the releases: the client with the most has the largest (per_client)
+        eps = client_epsilons(self.privacy, self.accounting, [most], int(state.extra.get(STEPS, 0)))[0]
         uploads, clipped = state.extra.get(LAST, [0, 0])
-        out.update({"dp_epsilon": max(eps, default=0.0), "dp_delta": self.privacy.delta,
-                    "dp_uploads_max": max(per_client["dp_releases"], default=0.0),
+        out.update({"dp_epsilon": eps, "dp_delta": self.privacy.delta, "dp_uploads_max": float(most),
                     "dp_clipped_fraction": clipped / uploads if uploads else float("nan"),
                     "dp_noise_std": self.privacy.noise_std if self.privacy.mode == "local" else
                     self.privacy.sum_noise_std(self.clip_at(state)), "dp_clip": self.clip_at(state),
