@@ -28,7 +28,8 @@ from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
-from fedclock.scenarios.privacy_accounting import RETIRE_REASON, choose_accounting, upload_limits
+from fedclock.scenarios.privacy_accounting import RETIRE_REASON, choose_accounting, feasible_accounting, \
+    upload_limits
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
@@ -325,6 +326,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     server_cost = counted.server(algorithm, federation.x.dtype)
     costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
     feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
+    if isinstance(algorithm, PrivateUploads):  # before the algorithm travels to the actors
+        algorithm.accounting = feasible_accounting(algorithm.accounting, feasible)
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized,
                               scenario.evaluation.adapted)

@@ -8,7 +8,8 @@ DP, sync mode, the clock's own ``uniform`` draw, ``K < N``, and nothing that mak
 clients unavailable or busy at a round's start (an availability model other than
 ``always``, scripted timeline events, a round deadline, a task timeout, over-commitment or
 lossy connectivity: the clock then draws among the idle, available clients only, not
-among all ``N``). The scenario samples fixed-size cohorts only (no Poisson sampling), so the
+among all ``N``; nor clients whose device cannot fit the task, found when the run starts,
+:func:`feasible_accounting`). The scenario samples fixed-size cohorts only (no Poisson sampling), so the
 amplified rule is the fixed-size one. Every other run composes each client's own releases
 (``per_client``); the first condition that fails is the recorded reason.
 
@@ -27,6 +28,8 @@ would retire every client at once, so it is refused (stop the run with ``stop.ro
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from fedclock.algorithms.dp import cumulative_epsilon
 from fedclock.algorithms.privacy import Accounting, uploads_within
@@ -100,3 +103,14 @@ def upload_limits(scenario: Scenario) -> list[int] | None:
     budget = privacy.budget
     return [uploads_within(privacy.noise_multiplier, eps, budget.delta)
             for eps in budget.epsilons(scenario.population.num_clients)]
+
+
+def feasible_accounting(accounting: Accounting, feasible: np.ndarray) -> Accounting:
+    """``accounting``, unless clients whose device cannot fit the task (never dispatched,
+    known only once the task's memory is counted) make a uniform cohort over all ``N``
+    impossible: then per-client composition, saying why."""
+    infeasible = int(np.count_nonzero(~np.asarray(feasible, dtype=bool)))
+    if accounting.rule != "sampled_fixed_size" or not infeasible:
+        return accounting
+    return Accounting("per_client",
+                      f"clients that cannot fit the task ({infeasible}): cohorts are drawn from the others only")

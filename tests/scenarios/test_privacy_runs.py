@@ -197,3 +197,16 @@ def test_fedavg_dp_runs_as_fedavg_with_local_privacy(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(e_dp, e_layer, check_exact=True)
     for column in ("global_accuracy", "global_loss", "dp_epsilon", "dp_delta", "dp_uploads_max"):
         assert m_dp[column].tolist() == m_layer[column].tolist(), column
+
+
+def test_clients_that_cannot_fit_the_task_end_the_amplification(tmp_path: Path) -> None:
+    """Client 0's device is too small for the task: cohorts are uniform over the other five
+    only, so the run composes per client and privacy.json says why."""
+    _, clients, _ = tables(
+        tmp_path, population={**POPULATION, "clients": [{"ids": [0], "memory_gb": 1e-6}]},
+        algorithm={"name": "fedavg", "lr": 0.1, "local_steps": 3}, mode={"type": "sync", "cohort_size": 2},
+        stop={"rounds": 3}, privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "delta": DELTA})
+    rule = json.loads((tmp_path / "privacy.json").read_text())
+    assert (rule["rule"], rule["reason"]) == ("per_client", "clients that cannot fit the task (1): cohorts are drawn "
+                                              "from the others only")
+    assert clients.dp_epsilon[0] == 0.0 and clients.dp_releases[0] == 0
