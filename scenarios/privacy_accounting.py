@@ -105,11 +105,11 @@ def upload_limits(scenario: Scenario) -> list[int] | None:
             for eps in budget.epsilons(scenario.population.num_clients)]
 
 
-def feasible_accounting(accounting: Accounting, feasible: np.ndarray) -> Accounting:
+def feasible_accounting(accounting: Accounting, feasible: np.ndarray | None) -> Accounting:
     """``accounting``, unless clients whose device cannot fit the task (never dispatched,
-    known only once the task's memory is counted) make a uniform cohort over all ``N``
-    impossible: then per-client composition, saying why."""
-    infeasible = int(np.count_nonzero(~np.asarray(feasible, dtype=bool)))
+    known only once the task's memory is counted; None: every client fits) make a uniform
+    cohort over all ``N`` impossible: then per-client composition, saying why."""
+    infeasible = 0 if feasible is None else int(np.count_nonzero(~np.asarray(feasible, dtype=bool)))
     if accounting.rule != "sampled_fixed_size" or not infeasible:
         return accounting
     return Accounting("per_client",
