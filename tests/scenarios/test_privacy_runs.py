@@ -210,3 +210,19 @@ def test_clients_that_cannot_fit_the_task_end_the_amplification(tmp_path: Path) 
     assert (rule["rule"], rule["reason"]) == ("per_client", "clients that cannot fit the task (1): cohorts are drawn "
                                               "from the others only")
     assert clients.dp_epsilon[0] == 0.0 and clients.dp_releases[0] == 0
+
+
+def test_an_online_event_does_not_bring_a_retired_client_back(tmp_path: Path) -> None:
+    """The budget retires every client at its second applied upload; an ``online`` event for
+    all of them every second until 30 s dispatches none of them again."""
+    budget = (cumulative_epsilon(Z, 2, DELTA) + cumulative_epsilon(Z, 3, DELTA)) / 2
+    _, clients, events = tables(
+        tmp_path, algorithm={"name": "fedbuff", "lr": 0.1, "local_steps": 3, "buffer_size": 2},
+        mode={"type": "async", "concurrency": 3}, stop={"versions": 20},
+        timeline=[{"every_s": 1.0, "until_s": 30.0, "type": "online", "clients": {"range": [0, 6]}}],
+        privacy={"mode": "central", "clip": CLIP, "noise_multiplier": Z, "budget": {"epsilon": budget, "delta": DELTA}})
+    assert clients.tasks.tolist() == [2] * 6 and clients.retired_at.notna().all()
+    timeline = pd.read_parquet(tmp_path / "timeline.parquet")
+    assert (timeline.type == "online").sum() >= 1 and (timeline.type == "retired").any()
+    for c in range(6):
+        assert (events[events.client == c].dispatched_at < clients.retired_at[c]).all()
