@@ -55,10 +55,10 @@ accounting below is unchanged. An asynchronous client's bit refers to the clip i
 which may be one step old. ``dp_clip`` in ``metrics.parquet`` is the clip of the next step.
 
 **What is counted** (the accounting's input, :func:`client_epsilons`). Each client's
-*releases*: in local mode every upload the server folds in (a result the simulated server
-discards, late or timed out, is never seen and not counted, although a real client sent it:
-with deadlines or timeouts local-DP epsilons are those of the applied uploads only); in
-central mode every upload
+*releases*: in local mode every upload the server folds in (a result the server discards,
+late or timed out, was sent all the same but is never seen here, so the scenario layer
+refuses local DP with settings that discard results,
+:func:`fedclock.scenarios.privacy_accounting.run_privacy_problem`); in central mode every upload
 folded into a global step, counted when it is folded in (for a buffer, before the flush
 that releases it: conservative by at most the uploads still buffered). The number of global
 steps is counted too (the releases of the run's sampled mechanism).

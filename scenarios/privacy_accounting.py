@@ -69,10 +69,22 @@ RETIRE_REASON = "privacy budget: the next upload would exceed budget.epsilon"
 """The detail of a budget retirement's ``timeline.parquet`` row."""
 
 
-def budget_problem(scenario: Scenario) -> str | None:
-    """A one-line error when ``privacy.budget`` cannot act: the amplified rule (every client's
-    epsilon is the run's) or a budget that one upload already exceeds."""
+def run_privacy_problem(scenario: Scenario) -> str | None:
+    """A one-line error when the ``privacy:`` section cannot be accounted for in this run:
+    local DP where the server discards uploads the clients sent (a round's late results
+    dropped, tasks timed out: the server never sees them, so it could not count them), or a
+    ``budget`` that cannot act (the amplified rule, where every client's epsilon is the
+    run's; a budget one upload already exceeds)."""
     privacy = scenario.privacy
+    mode = scenario.mode
+    if privacy is not None and privacy.mode == "local":
+        if mode.task_timeout_s is not None:
+            return ("privacy.mode: local DP counts the uploads the server receives, and with mode.task_timeout_s it "
+                    "discards late ones the clients sent (allowed: central, or no task_timeout_s)")
+        if isinstance(mode, SyncMode) and mode.deadline_s is not None and mode.late_results == "drop":
+            return ("privacy.mode: local DP counts the uploads the server receives, and with mode.deadline_s and "
+                    "late_results: drop it discards late ones the clients sent (allowed: central, or late_results: "
+                    "include)")
     if privacy is None or privacy.budget is None:
         return None
     accounting = choose_accounting(scenario)
@@ -96,7 +108,7 @@ def budget_problem(scenario: Scenario) -> str | None:
 
 def upload_limits(scenario: Scenario) -> list[int] | None:
     """Each client's applied uploads before it retires (None: no ``privacy.budget``); the
-    loader has checked :func:`budget_problem`."""
+    loader has checked :func:`run_privacy_problem`."""
     privacy = scenario.privacy
     if privacy is None or privacy.budget is None:
         return None

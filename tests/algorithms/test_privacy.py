@@ -226,6 +226,12 @@ BUDGET = {**CENTRAL, "budget": {"epsilon": 5.0, "delta": 1e-5}}
      r"^f: privacy\.budget\.clients\[0\]\.ids: client 10 does not exist \(allowed: 0\.\.9\)$"),
     ({"privacy": {**BUDGET, "budget": {**BUDGET["budget"], "clients": [{"ids": [4], "epsilon": 0.2}]}}},
      r"^f: privacy\.budget\.clients\[0\]\.epsilon: one upload at noise_multiplier 1 already spends"),
+    ({"privacy": {**CENTRAL, "mode": "local"}, "mode": {"type": "sync", "deadline_s": 5}},
+     r"^f: privacy\.mode: local DP counts the uploads the server receives, and with mode\.deadline_s and "
+     r"late_results: drop it discards late ones the clients sent \(allowed: central, or late_results: include\)$"),
+    ({"privacy": {**CENTRAL, "mode": "local"}, "mode": {"type": "async", "task_timeout_s": 5},
+      "algorithm": {"name": "fedbuff"}, "stop": {"versions": 3}},
+     r"^f: privacy\.mode: local DP counts the uploads the server receives, and with mode\.task_timeout_s"),
     ({"privacy": BUDGET, "mode": {"type": "sync", "cohort_size": 3}},
      r"^f: privacy\.budget: with uniform cohorts of 3 of 10 clients without replacement every client's epsilon is "
      r"the run's"),
