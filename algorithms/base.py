@@ -263,6 +263,13 @@ class Algorithm(ABC, Generic[P]):
     the received ``payload["weights"]``, so ``upload.compression`` may encode its difference
     from the received model (:mod:`fedclock.algorithms.compressed`). Not inherited, like
     ``upload_is_delta``."""
+    aggregates_deltas: ClassVar[bool] = False
+    """True when ``upload_is_delta`` and the server's step moves the model by a weighted mean
+    of the arrivals' ``"delta"`` uploads whose weights are all equal once every arrival reports
+    the same ``num_samples`` and ``steps`` (FedAvg's cohort mean, FedBuff's buffer mean), so
+    central differential privacy (:mod:`fedclock.algorithms.privacy`) may noise the sum of
+    one step's clipped deltas; see also :meth:`aggregation_problem` and
+    :meth:`deltas_per_step`. Not inherited, like ``upload_is_delta``."""
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised"})
     """Local objectives it trains with (``supervised``; ``simclr``/``simsiam`` through
     :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Not inherited, like ``vectorizable``:
@@ -295,7 +302,8 @@ class Algorithm(ABC, Generic[P]):
         super().__init_subclass__(**kwargs)
         for attribute, default in (("vectorizable", False), ("objectives", frozenset({"supervised"})),
                                    ("stateless_clients", False), ("upload_is_delta", False),
-                                   ("upload_is_model", False), ("per_token_targets", False)):
+                                   ("upload_is_model", False), ("per_token_targets", False),
+                                   ("aggregates_deltas", False)):
             if attribute not in cls.__dict__:
                 setattr(cls, attribute, default)
         lines = _docstring_lines(cls)
@@ -334,6 +342,18 @@ class Algorithm(ABC, Generic[P]):
         """A one-line error (starting with the field path) when this algorithm cannot run in
         the scenario's mode settings, beyond the mode type itself; None when it can."""
         return None
+
+    @classmethod
+    def aggregation_problem(cls, params: AlgorithmParams) -> str | None:
+        """Why these hyper-parameters make the server step something other than the
+        equal-weight mean that ``aggregates_deltas`` declares (a few words, said in the
+        loader's refusal of central privacy); None when they do not."""
+        return None
+
+    def deltas_per_step(self, arrivals: list[Arrival]) -> int:
+        """How many deltas one global step sums when ``arrivals`` are folded in (only asked of
+        classes with ``aggregates_deltas``; default: the arrivals of the call, a sync cohort)."""
+        return max(1, len(arrivals))
 
     @classmethod
     def vectorize_params_problem(cls, params: AlgorithmParams) -> str | None:

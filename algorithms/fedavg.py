@@ -73,6 +73,7 @@ class FedAvg(ObjectiveMixin, Algorithm[FedAvgParams]):
     per_token_targets: ClassVar[bool] = True  # shared loss and evaluation (fedclock.algorithms.targets)
     vectorizable: ClassVar[bool] = True
     upload_is_delta: ClassVar[bool] = True
+    aggregates_deltas: ClassVar[bool] = True
 
     @classmethod
     def vectorize_params_problem(cls, params: AlgorithmParams) -> str | None:

@@ -60,6 +60,18 @@ class FedBuff(LocalSGDClient, Algorithm[FedBuffParams]):
     modes: ClassVar[frozenset[str]] = frozenset({"async"})
     vectorizable: ClassVar[bool] = True
     upload_is_delta: ClassVar[bool] = True
+    aggregates_deltas: ClassVar[bool] = True
+
+    @classmethod
+    def aggregation_problem(cls, params: AlgorithmParams) -> str | None:
+        """Staleness weighting gives the buffered deltas unequal weights."""
+        if getattr(params, "staleness_weighting", False):
+            return "staleness_weighting weights the buffered deltas unequally (set it to false)"
+        return None
+
+    def deltas_per_step(self, arrivals: list[Arrival]) -> int:
+        """``K``: a flush sums the buffer's ``buffer_size`` deltas."""
+        return int(self.params.buffer_size)
 
     def init_server(self, rng: torch.Generator) -> ServerState:
         weights = self.model_factory.initial_weights(rng)

@@ -47,6 +47,7 @@ class FedProx(FedAvg):
     Params: ClassVar[type[AlgorithmParams]] = FedProxParams
     vectorizable: ClassVar[bool] = True
     upload_is_delta: ClassVar[bool] = True
+    aggregates_deltas: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:

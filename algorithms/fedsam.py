@@ -36,6 +36,7 @@ class FedSAM(FedAvg):
     paper: ClassVar[str] = "Qu et al., Generalized Federated Learning via Sharpness Aware Minimization, ICML 2022"
     Params: ClassVar[type[AlgorithmParams]] = FedSAMParams
     upload_is_delta: ClassVar[bool] = True
+    aggregates_deltas: ClassVar[bool] = True
 
     def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                       rng: torch.Generator) -> ClientResult:

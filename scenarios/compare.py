@@ -22,6 +22,9 @@ For every run directory found (see :mod:`fedclock.scenarios.rundirs`) one row:
   With ``metric="personal"`` (``--metric personal``) the accuracy compared with ``T`` is the
   mean personalized accuracy (each client's model on its own test split) and the columns are
   named ``time_to_personal_T`` etc.; a run without that metric is an error;
+* for runs with differential privacy (a ``dp_epsilon`` column: ``privacy:`` or a DP
+  algorithm), the epsilon spent at the last evaluation by the client that spent the most, and
+  its delta (``dp_epsilon``, ``dp_delta``);
 * virtual time (the last event or evaluation), wall time (at the last evaluation), server
   versions, bytes moved (down and up, every task), uploads applied, uploads dropped, and the
   mean staleness of applied uploads.
@@ -132,6 +135,9 @@ def compare_runs(runs: Sequence[RunResults], targets: Sequence[float] | None = N
         }
         if last is not None and not pd.isna(last.get("adapted_accuracy_mean", float("nan"))):
             row["adapted_accuracy_mean"] = _get(last, "adapted_accuracy_mean")
+        if last is not None and not pd.isna(last.get("dp_epsilon", float("nan"))):
+            row["dp_epsilon"] = _get(last, "dp_epsilon")
+            row["dp_delta"] = _get(last, "dp_delta")
         for t in targets:
             time_to, version_to = reach(m, t, metric)
             label = target_label(t, metric)
@@ -247,6 +253,7 @@ def comparison_table(frame: pd.DataFrame, title: str = "comparison") -> Table:
         ("AUC %", "auc_global_accuracy", _pct),
         ("pers. %", "personal_accuracy_mean", _pct), ("pers. p10 %", "personal_accuracy_p10", _pct),
         ("adapted %", "adapted_accuracy_mean", _pct),
+        ("epsilon", "dp_epsilon", _num(2)), ("delta", "dp_delta", _general),
     ]
     for col in frame.columns:
         if col.startswith("time_to_") and not col.endswith("_std"):
@@ -296,6 +303,10 @@ def _missing(x: object) -> bool:
 
 def _pct(x: object) -> str:
     return "-" if _missing(x) else f"{100 * float(x):.2f}"  # type: ignore[arg-type]
+
+
+def _general(x: object) -> str:
+    return "" if _missing(x) else f"{float(x):g}"  # type: ignore[arg-type]
 
 
 def _int(x: object) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -20,12 +21,15 @@ from fedclock.actors.runtime import Runtime
 from fedclock.actors.session import Session
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.compressed import with_links
+from fedclock.algorithms.privacy import PrivateUploads, with_privacy
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.privacy_accounting import RETIRE_REASON, choose_accounting, feasible_accounting, \
+    upload_limits
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
 from fedclock.scenarios.plugins import PluginError, algorithm_class, model_builder
 from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports_linear_eval, write_linear_eval
@@ -108,7 +112,8 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
     problem = codec.size_problem(factory.num_params) if codec is not None and codec.type == "top_k" else None
     if problem:
         raise PluginError(f"upload.compression: {problem}")
-    return with_links(algorithm, scenario.upload, scenario.download)
+    return with_privacy(with_links(algorithm, scenario.upload, scenario.download), scenario.privacy,
+                        choose_accounting(scenario))
 
 
 def describe_availability(scenario: Scenario) -> list[str]:
@@ -125,6 +130,8 @@ def describe_availability(scenario: Scenario) -> list[str]:
 
 MAX_SERVER_RESTARTS = 3
 """How many times one run restarts from its last checkpoint after losing the server actor."""
+PRIVACY_FILE = "privacy.json"
+"""A ``privacy:`` run's accounting rule and why it applies (:meth:`Accounting.record`)."""
 
 
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
@@ -239,13 +246,20 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
                                                                  algorithm, checkpoint, mark, costs, run_id)
             run_analysis(scenario, algorithm, federation, session, out_dir, writer.last_round)
-            finals = session.final_states() if supports_linear_eval(algorithm) or has_diagnostics(algorithm) else None
+            finals = session.final_states() if supports_linear_eval(algorithm) or has_diagnostics(algorithm) or \
+                isinstance(algorithm, PrivateUploads) else None
             break
         except ServerLost:
             if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
                 raise
             checkpoint = _usable_checkpoint(out_dir, mark, on_note)  # None: start over
-    writer.write_clients(_client_table(scenario, federation, devices, writer, clock.feasible))
+    table = _client_table(scenario, federation, devices, writer, clock.feasible)
+    if isinstance(clock.script, Timeline):
+        table["retired_at"] = clock.script.retired_at
+    if finals is not None and isinstance(algorithm, PrivateUploads):  # per-client epsilon (privacy:)
+        table.update(algorithm.client_privacy(finals[0]))
+        (out_dir / PRIVACY_FILE).write_text(json.dumps(algorithm.accounting.record(algorithm.privacy.delta)))
+    writer.write_clients(table)
     linear = (float("nan"), float("nan"))
     if finals is not None and has_diagnostics(algorithm):
         write_diagnostics(algorithm, finals[0], out_dir)
@@ -312,6 +326,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     server_cost = counted.server(algorithm, federation.x.dtype)
     costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
     feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
+    if isinstance(algorithm, PrivateUploads):  # before the algorithm travels to the actors
+        algorithm.accounting = feasible_accounting(algorithm.accounting, feasible)
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized,
                               scenario.evaluation.adapted)
@@ -324,7 +340,9 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if cka_at is not None:
         session.after_evaluation = CKAAtVersions(scenario, algorithm, federation, session, out_dir,
                                                lambda: clock.round, None if checkpoint is None else checkpoint.version)
-    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event)
+    limits = upload_limits(scenario)
+    timeline = Timeline(scenario.timeline, scenario.population, seed, devices, availability, writer.timeline_event,
+                        retires=limits is not None)
     work_and_links = _work_and_links(scenario, federation, timeline.devices, costs)
     backend: Backend = session
     replay = None
@@ -351,7 +369,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   eval_at=set(scenario.evaluation.at_rounds) | set(cka_at or ()),
                   stateless_clients=algorithm.stateless_clients, selector=selector,
                   disclose=scenario.selection.disclose, feasible=feasible,
-                  server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind)
+                  server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind,
+                  upload_limit=limits, limit_reason=RETIRE_REASON)
     reason = clock.run()
     if replay is not None:
         replay.finished()
@@ -449,4 +468,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "tasks_lost": events.counts(status == LOST), "tasks_timed_out": events.counts(status == TIMED_OUT),
         "tasks_cancelled": events.counts(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,
+        "dp_releases": [None] * n, "dp_epsilon": [None] * n, "retired_at": np.full(n, np.nan),
     }

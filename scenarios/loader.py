@@ -31,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
 from fedclock.algorithms.compressed import links_problem
+from fedclock.algorithms.privacy import privacy_problem
+from fedclock.scenarios.privacy_accounting import run_privacy_problem
 from fedclock.algorithms.registry import ALGORITHMS, algorithm_names, get_algorithm
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
@@ -406,7 +408,10 @@ def validate_scenario(data: dict, where: str, base_dir: Path | None = None, impo
                                     f"(allowed: full; got {cfg.type!r})")
     problem = cls.mode_problem(scenario.mode) or analysis_problem(cls, scenario.analysis) or \
         links_problem(cls, scenario.upload, scenario.download, scenario.runtime.vectorize) or \
-        (cls.adapted_problem(params) if scenario.evaluation.adapted is not None else None)
+        privacy_problem(cls, params, scenario.privacy, scenario.upload.compression is not None or
+                        scenario.download.compression is not None, scenario.runtime.vectorize) or \
+        (cls.adapted_problem(params) if scenario.evaluation.adapted is not None else None) or \
+        run_privacy_problem(scenario)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     if scenario.runtime.vectorize > 1:

@@ -24,7 +24,9 @@ Written into ``DIR/plots`` (or ``--out``):
   or lines beyond ``max_clients`` clients);
 * ``participation.png``: each client's participation (tasks dispatched to it, ``tasks`` of
   ``clients.parquet``) against its device's compute speed (log scale), one colour per run,
-  with the run's Jain fairness index of participation in the legend: who a selector favours.
+  with the run's Jain fairness index of participation in the legend: who a selector favours;
+  clients retired by their privacy budget (``retired_at`` of ``clients.parquet``) are ringed
+  and counted in the legend.
 
 matplotlib runs with the Agg backend (no display needed).
 """
@@ -326,6 +328,11 @@ def participation_figure(runs: Sequence[RunResults]) -> Figure:
         ax.scatter(table["compute"].to_numpy(float), tasks, s=18, alpha=0.7, color=colors[i % len(colors)],
                    marker=markers[(i // len(colors)) % len(markers)],
                    label=f"{_label(run)}: Jain {jain_index(tasks):.2f}")
+        retired = table["retired_at"].notna().to_numpy() if "retired_at" in table.columns else None
+        if retired is not None and retired.any():  # privacy.budget: ringed, counted in the legend
+            ax.scatter(table["compute"].to_numpy(float)[retired], tasks[retired], s=60, facecolors="none",
+                       edgecolors=colors[i % len(colors)], linewidths=1.0,
+                       label=f"{_label(run)}: {int(retired.sum())} retired by their privacy budget")
     ax.set_xscale("log")
     ax.set_xlabel("compute speed of the client's device (log scale)")
     ax.set_ylabel("tasks dispatched to the client")

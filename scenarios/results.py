@@ -66,6 +66,8 @@ METRICS_SCHEMA = pa.schema([
     ("adapted_accuracy_p90", pa.float64()),
     ("tasks_applied", pa.int64()), ("tasks_dropped", pa.int64()), ("bytes_total", pa.int64()),
     ("dp_epsilon", pa.float64()), ("dp_delta", pa.float64()), ("dp_uploads_max", pa.int64()),
+    ("dp_clipped_fraction", pa.float64()), ("dp_noise_std", pa.float64()), ("dp_amplified", pa.float64()),
+    ("dp_clip", pa.float64()),
     ("participation_jain", pa.float64()), ("never_picked_fraction", pa.float64()),
     ("data_seen_fraction", pa.float64()), ("wasted_compute_s", pa.float64()), ("tasks_cancelled", pa.int64()),
 ])
@@ -78,6 +80,7 @@ CLIENTS_SCHEMA = pa.schema([
     ("tasks_dropped", pa.int64()), ("busy_s", pa.float64()), ("bytes_down", pa.int64()), ("bytes_up", pa.int64()),
     ("tasks_lost", pa.int64()), ("tasks_timed_out", pa.int64()), ("tasks_cancelled", pa.int64()),
     ("memory_gb", pa.float64()), ("feasible", pa.bool_()),
+    ("dp_releases", pa.int64()), ("dp_epsilon", pa.float64()), ("retired_at", pa.float64()),
 ])
 
 CLIENT_METRICS_SCHEMA = pa.schema([

@@ -19,6 +19,7 @@ from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
+from fedclock.algorithms.privacy import PrivacyConfig
 from fedclock.scenarios.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, FILE_DATASETS, FILE_FORMATS,
                                              FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE)
 from fedclock.scheduling.completeness_connectivity import TimeBudget, can_lose
@@ -322,6 +323,8 @@ class Scenario(StrictModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     upload: UploadConfig = Field(default_factory=UploadConfig, description="compression of client updates")
     download: DownloadConfig = Field(default_factory=DownloadConfig, description="compression of the model sent")
+    privacy: PrivacyConfig | None = Field(default=None, description="differential privacy of the uploads: {mode: "
+                                          "local|central, clip, noise_multiplier, delta}")
     output: OutputConfig = Field(default_factory=OutputConfig)
     timeline: list[TimelineEvent] = Field(default_factory=list, description="scripted events in virtual time")
     selection: SelectionConfig = Field(default_factory=SelectionConfig, description="who trains: {name: uniform|oort|"

@@ -97,6 +97,9 @@ class Script(Protocol):
     def version_reached(self, clock: "Clock") -> None:
         """The server version just changed (called inside :meth:`Clock.aggregate`)."""
 
+    def retire(self, clients: Sequence[int], reason: str) -> None:
+        """Take ``clients`` out of every later cohort and slot, for good, and record why."""
+
 
 class Clock:
     """Runs one scenario's protocol in virtual time."""
@@ -109,8 +112,16 @@ class Clock:
                  selector: Selector | None = None, disclose: Collection[str] = (),
                  feasible: np.ndarray | None = None,
                  server_seconds: Callable[[list[Task]], float] | None = None,
-                 upload_kind: Callable[[int, int], Hashable] | None = None) -> None:
+                 upload_kind: Callable[[int, int], Hashable] | None = None,
+                 upload_limit: Sequence[int] | None = None, limit_reason: str = "") -> None:
         self.kernel = Kernel()
+        self.upload_limit = None if upload_limit is None else list(upload_limit)
+        """Per client, the applied uploads after which it is retired (the script's
+        :meth:`Script.retire`, with ``limit_reason``): e.g. a privacy budget's uploads
+        (:mod:`fedclock.scenarios.privacy_accounting`); None: no limit."""
+        self.limit_reason = limit_reason
+        self._applied: list[int] = [0] * len(devices)
+        """Applied uploads of each client (counted only with an ``upload_limit``)."""
         self.upload_kind = upload_kind
         """What a task dispatched now to a client uploads, given the client and
         :attr:`server_steps` (kept on :attr:`Task.upload_kind` for the server step's charge);
@@ -474,10 +485,24 @@ class Clock:
             self._end(t, APPLIED, t.finishes_at)
             if history is not None:
                 history.arrived(t.client, t.finishes_at - t.dispatched_at, t.metrics.get("train_loss"), t.num_samples)
+        if self.upload_limit is not None and tasks:
+            self._retire_spent(tasks)
         self.recorder.progress(self.env.now, self.version, len(self.in_flight))
         if self.version != before and (self.version % self.eval_every == 0
                                        or any(before < v <= self.version for v in self.eval_at)):
             self.evaluate()
+
+    def _retire_spent(self, tasks: list[Task]) -> None:
+        """Count the applied uploads; clients that reached their ``upload_limit`` retire."""
+        assert self.upload_limit is not None and self.script is not None, "an upload limit needs a script"
+        applied, limit = self._applied, self.upload_limit
+        spent = []
+        for t in tasks:
+            applied[t.client] += 1
+            if applied[t.client] == limit[t.client]:
+                spent.append(t.client)
+        if spent:
+            self.script.retire(sorted(spent), self.limit_reason)
 
     def drop(self, task: Task) -> None:
         """A result that arrived after its round closed is not used: it ends ``dropped``, and

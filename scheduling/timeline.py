@@ -43,6 +43,8 @@ from fedclock.scheduling.traces import DEVICE_COLUMNS, read_device_trace
 
 DEVICE_TRACE = -1
 """``event`` index recorded for device-trace rows."""
+RETIRED = -2
+"""``event`` index recorded for clients the clock retired (:meth:`Timeline.retire`)."""
 
 
 @dataclass(frozen=True)
@@ -151,12 +153,15 @@ class Timeline:
     """Fires a scenario's timeline events against the clock's devices, availability and mode."""
 
     def __init__(self, events: Sequence[TimelineEvent], population: PopulationConfig, seed: int, devices: Devices,
-                 availability: Sequence[Availability], record: Callable[[TimelineRecord], None] | None = None) -> None:
+                 availability: Sequence[Availability], record: Callable[[TimelineRecord], None] | None = None,
+                 retires: bool = False) -> None:
         self.events = list(events)
         self.record = record
         self.devices = ScriptedDevices(devices)
         self.offline = np.zeros(population.num_clients, dtype=bool)
-        gates = any(ev.gates for ev in self.events)
+        self.retired_at = np.full(population.num_clients, np.nan)
+        """When each client was retired for good (:meth:`retire`; NaN: never)."""
+        gates = retires or any(ev.gates for ev in self.events)
         # without offline/online/join events the models are used as they are (no per-client wrapper)
         self.availability: list[Any] = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)] \
             if gates else list(availability)
@@ -270,10 +275,21 @@ class Timeline:
         self.devices.writable(field)[ids] = value
 
     def set_offline(self, ids: np.ndarray, offline: bool) -> None:
-        """Switch the group offline (or back online) and tell the watchers."""
-        self.offline[ids] = offline
+        """Switch the group offline (or back online: a retired client stays offline) and tell
+        the watchers."""
+        self.offline[ids] = np.logical_or(offline, ~np.isnan(self.retired_at[ids]))
         for watcher in self._gate_watchers:
             watcher(ids)
+
+    def retire(self, clients: Sequence[int], reason: str) -> None:
+        """Take ``clients`` offline for the rest of the run (no online or join event brings
+        them back) and record it, ``type: retired`` with ``reason`` as the detail, at the
+        clock's time. Only a timeline built with ``retires`` gates availability for it."""
+        assert self.clock is not None, "clients retire only once the clock has started the timeline"
+        ids = np.asarray(clients, dtype=np.int64)
+        self.retired_at[ids] = float(self.clock.env.now)
+        self.set_offline(ids, True)
+        self._report(RETIRED, "retired", tuple(int(c) for c in ids), reason)
 
     def cap_uplink(self, mbps: float | None) -> None:
         """Every download from now on moves at most ``mbps`` (None: no cap)."""

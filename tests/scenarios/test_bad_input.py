@@ -59,6 +59,9 @@ SYNC: dict[str, Any] = {
     "runtime": {"backend": "inline", "num_actors": 2, "placement": "pooled", "num_cpus": 1.0, "num_gpus": 0.0,
                 "threads_per_actor": 1, "device": "cpu"},
     "output": {"dir": "results/fuzz", "flush_every_s": 1.0, "progress": False},
+    "privacy": {"mode": "central", "clip": 0.5, "noise_multiplier": 1.0,
+                "adaptive": {"target_quantile": 0.5, "learning_rate": 0.2, "bit_noise": 2.0},
+                "budget": {"epsilon": 8.0, "delta": 1e-5, "clients": [{"ids": [2, 3], "epsilon": 6.0}]}},
 }
 ASYNC: dict[str, Any] = copy.deepcopy(SYNC) | {
     "algorithm": {"name": "fedasync", "lr": 0.05, "batch_size": 8, "alpha": 0.6, "staleness_fn": "hinge",
@@ -66,6 +69,7 @@ ASYNC: dict[str, Any] = copy.deepcopy(SYNC) | {
     "mode": {"type": "async", "concurrency": 3},
     "stop": {"versions": 20},
 }
+del ASYNC["privacy"]  # fedasync uploads its model, not a delta
 ASYNC["dataset"] = {"name": "synthetic", "synthetic_alpha": 0.5, "synthetic_beta": 0.5, "synthetic_features": 10,
                     "synthetic_classes": 3, "synthetic_samples": 300, "partition": {"type": "natural"}}
 ASYNC["population"]["devices"] = {"compute": {"dist": "uniform", "low": 10, "high": 20}, "down_mbps": 10.0,
