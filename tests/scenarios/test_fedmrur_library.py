@@ -64,17 +64,20 @@ def test_quick_files_evaluate_every_round_and_mnist1d_keeps_the_papers_recipe() 
     """The quick files evaluate after every round (the area under the curve and the rounds to
     Table 3's targets need it); fedmrur/quick_mnist1d runs Table 2's seven methods and
     FedMRUR-N with the paper's Dirichlet(0.3) split (0.3 per class x 10 classes), batch 50,
-    3 local epochs, rho 0.5, alpha 0.1 and gamma / sigma / beta (Sec. 5.1, Table 1)."""
+    3 local epochs, rho 0.5, alpha 0.1 and gamma / sigma / beta (Sec. 5.1, Table 1), and
+    FedMRUR at participation 0.05 and 0.2 and at gamma 0.5 (Fig. 4's sweeps)."""
     for name in ("quick.yaml", "quick_ablation.yaml", "quick_mnist1d.yaml"):
         assert {r.evaluation.every for r in load_suite(LIBRARY / name).runs} == {1}, name
     runs = load_suite(LIBRARY / "quick_mnist1d.yaml").runs
-    assert [r.algorithm.name for r in runs] == PAPER_METHODS[:-1] + ["fedmrur_n", "fedmrur"]
+    assert [r.algorithm.name for r in runs] == PAPER_METHODS[:-1] + ["fedmrur_n"] + ["fedmrur"] * 4
+    assert [(r.mode.cohort_fraction, r.algorithm.params.gamma) for r in runs[-4:]] == [
+        (0.1, 0.005), (0.05, 0.005), (0.2, 0.005), (0.1, 0.5)]  # Fig. 4's sweeps beside FedMRUR
     for run in runs:
         p = run.algorithm.params
         assert run.dataset.name == "mnist1d" and run.dataset.partition.type == "dirichlet"
         assert run.dataset.partition.alpha == 3 and run.dataset.client_test_fraction == 0
         assert (p.batch_size, p.local_epochs, p.lr, p.lr_decay, p.weight_decay) == (50, 3, 0.1, 0.998, 5e-4)
-    last = runs[-1].algorithm.params
+    last = runs[-4].algorithm.params
     assert (last.rho, last.alpha, last.gamma, last.sigma, last.beta) == (0.5, 0.1, 0.005, 10000, 1)
 
 
