@@ -38,8 +38,8 @@ def test_full_size_files_use_the_papers_protocol(path: Path) -> None:
 def test_quick_runs_the_eight_methods_and_paper_setups_match_the_paper() -> None:
     quick = load_suite(LIBRARY / "quick.yaml")
     assert [r.algorithm.name for r in quick.runs] == ["fedavg", "fedprox", "scaffold", "fedcm", "fedsam", "mofedsam",
-                                                       "fedexp", "fedmrur"]
-    for name in ("quick.yaml", "quick_ablation.yaml"):
+                                                       "fedexp", "fedmrur_n", "fedmrur"]
+    for name in ("quick.yaml", "quick_ablation.yaml", "quick_mnist1d.yaml"):
         assert "# Quick variant of fedmrur/" in (LIBRARY / name).read_text()
     tiny = load_suite(LIBRARY / "tinyimagenet_path40.yaml").runs[0]
     assert (tiny.population.num_clients, tiny.mode.cohort_fraction, tiny.algorithm.params.batch_size,
@@ -60,6 +60,27 @@ def test_quick_runs_the_eight_methods_and_paper_setups_match_the_paper() -> None
     assert (lifted.gamma, lifted.sigma) == (0.5, 1000)
 
 
+def test_quick_files_evaluate_every_round_and_mnist1d_keeps_the_papers_recipe() -> None:
+    """The quick files evaluate after every round (the area under the curve and the rounds to
+    Table 3's targets need it); fedmrur/quick_mnist1d runs Table 2's seven methods and
+    FedMRUR-N with the paper's Dirichlet(0.3) split (0.3 per class x 10 classes), batch 50,
+    3 local epochs, rho 0.5, alpha 0.1 and gamma / sigma / beta (Sec. 5.1, Table 1), and
+    FedMRUR at participation 0.05 and 0.2 and at gamma 0.5 (Fig. 4's sweeps)."""
+    for name in ("quick.yaml", "quick_ablation.yaml", "quick_mnist1d.yaml"):
+        assert {r.evaluation.every for r in load_suite(LIBRARY / name).runs} == {1}, name
+    runs = load_suite(LIBRARY / "quick_mnist1d.yaml").runs
+    assert [r.algorithm.name for r in runs] == PAPER_METHODS[:-1] + ["fedmrur_n"] + ["fedmrur"] * 4
+    assert [(r.mode.cohort_fraction, r.algorithm.params.gamma) for r in runs[-4:]] == [
+        (0.1, 0.005), (0.05, 0.005), (0.2, 0.005), (0.1, 0.5)]  # Fig. 4's sweeps beside FedMRUR
+    for run in runs:
+        p = run.algorithm.params
+        assert run.dataset.name == "mnist1d" and run.dataset.partition.type == "dirichlet"
+        assert run.dataset.partition.alpha == 3 and run.dataset.client_test_fraction == 0
+        assert (p.batch_size, p.local_epochs, p.lr, p.lr_decay, p.weight_decay) == (50, 3, 0.1, 0.998, 5e-4)
+    last = runs[-4].algorithm.params
+    assert (last.rho, last.alpha, last.gamma, last.sigma, last.beta) == (0.5, 0.1, 0.005, 10000, 1)
+
+
 def test_participation_and_gamma_sweeps() -> None:
     """Fig. 4: participation ratios 0.02 to 0.2 and gamma 0.005 to 0.5, FedMRUR on CIFAR-100 Dir(0.3)."""
     pr = load_suite(LIBRARY / "participation_cifar100_dir03.yaml").runs
@@ -77,13 +98,16 @@ def test_quick_ablation_regularizer_alone_speeds_up_convergence(tmp_path: Path) 
     faster than MoFedSAM in ``fedmrur/quick_ablation`` (FedMRUR, NeurIPS 2023, Table 4's H row),
     paired over seeds 0-2 (a seed draws the split, the initial model and the cohorts). Metric:
     the area under the accuracy curve (``fedclock compare``'s ``auc_global_accuracy``, the mean
-    over the 13 evaluations); the final accuracies do not separate. The margin is half the worst
+    over the 13 evaluations of the file before it evaluated every round: the test keeps
+    ``evaluation.every=5``, the setting its margin was measured at); the final accuracies do
+    not separate. The margin is half the worst
     3-seed block of the paired difference on seeds 3-8, from
-    ``fedclock run fedmrur/quick_ablation --set repeats=10 --out R; fedclock compare R --per-seed``:
+    ``fedclock run fedmrur/quick_ablation --set repeats=10 --set evaluation.every=5 --out R;
+    fedclock compare R --per-seed``:
     FedMRUR-H - MoFedSAM 0.004 0.009 0.006 | 0.009 0.006 0.008 (block means 0.0063, 0.0077):
     margin 0.003 (seeds 0-2 gave 0.004 0.011 0.009). With the regularizer off (gamma = 0)
     FedMRUR-H is MoFedSAM bit for bit, so the difference is 0 and the test fails."""
-    suite = load_suite(LIBRARY / "quick_ablation.yaml", ["seeds=[0,1,2]"])
+    suite = load_suite(LIBRARY / "quick_ablation.yaml", ["seeds=[0,1,2]", "evaluation.every=5"])
     runs = tuple(r for r in suite.runs if r.name in ("mofedsam", "fedmrur_h"))
     result = run_scenarios(dataclasses.replace(suite, runs=runs), out=tmp_path)
     assert isinstance(result, SuiteResult)
