@@ -50,11 +50,12 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from fedclock.algorithms.layer_mixin import AlgorithmLayer
 from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResult, EvalResult, ServerState, \
     Tensors
 from fedclock.algorithms.compression import Codec, Fp16
@@ -72,17 +73,6 @@ the server's own copy (see the module's docstring)."""
 
 A = TypeVar("A", bound=Algorithm)
 
-if TYPE_CHECKING:  # the mixin's super() is the algorithm's class (see with_links): a concrete one
-    class _Mixin(Algorithm[Any]):
-        def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                          rng: torch.Generator) -> ClientResult:
-            raise NotImplementedError
-
-        def server_receive(self, state: ServerState, arrivals: list[Arrival],
-                           rng: torch.Generator) -> tuple[ServerState, bool]:
-            raise NotImplementedError
-else:
-    _Mixin = object
 
 
 class UploadConfig(BaseModel):
@@ -117,7 +107,7 @@ def links_problem(cls: type[Algorithm], upload: UploadConfig, download: Download
     return None
 
 
-class CompressedLinks(_Mixin):
+class CompressedLinks(AlgorithmLayer):
     """Mixin placed before an algorithm's class by :func:`with_links` (see the module)."""
 
     upload_codec: Codec | None = None

@@ -97,11 +97,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import lru_cache
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedclock.algorithms.layer_mixin import AlgorithmLayer
 from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ClientResult, EvalResult, ServerState, \
     Tensors
 from fedclock.algorithms.dp import SENSITIVITY_PER_CLIP, clip_to_norm, count_uploads, cumulative_epsilon
@@ -132,17 +133,6 @@ support grows as ``z`` shrinks (two releases at ``z = 0.02`` took 17 s, ``1e-9``
 
 A = TypeVar("A", bound=Algorithm)
 
-if TYPE_CHECKING:  # the mixin's super() is the algorithm's class (see with_privacy): a concrete one
-    class _Mixin(Algorithm[Any]):
-        def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
-                          rng: torch.Generator) -> ClientResult:
-            raise NotImplementedError
-
-        def server_receive(self, state: ServerState, arrivals: list[Arrival],
-                           rng: torch.Generator) -> tuple[ServerState, bool]:
-            raise NotImplementedError
-else:
-    _Mixin = object
 
 
 class BudgetGroup(BaseModel):
@@ -391,7 +381,7 @@ def privacy_problem(cls: type[Algorithm], params: Any, privacy: PrivacyConfig | 
     return None
 
 
-class PrivateUploads(_Mixin):
+class PrivateUploads(AlgorithmLayer):
     """Mixin placed before an algorithm's class by :func:`with_privacy` (see the module)."""
 
     privacy: PrivacyConfig
