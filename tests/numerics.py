@@ -117,6 +117,11 @@ class RunBounds:
     personal_accuracy: float
     """Of the personalized accuracy statistics: one flipped prediction of the smallest client test split."""
 
+    def loss_atol(self, values: np.ndarray) -> float:
+        """Absolute tolerance of a loss column: :attr:`relative` times its largest magnitude
+        (at least 1)."""
+        return self.relative * float(np.nanmax(np.abs(values), initial=1.0))
+
 
 def run_bounds(scenario: Any, clients: pd.DataFrame) -> RunBounds:
     """The bounds of a run of ``scenario`` (an MLP or logistic model) whose ``clients.parquet``
@@ -155,7 +160,7 @@ def assert_close_metrics(a: pd.DataFrame, b: pd.DataFrame, bounds: RunBounds) ->
             assert_within(b[col].to_numpy(float), a[col].to_numpy(float), bounds.personal_accuracy, col)
         elif "loss" in col:
             values = a[col].to_numpy(float)
-            assert_within(b[col].to_numpy(float), values, bounds.relative * np.nanmax(np.abs(values), initial=1.0), col)
+            assert_within(b[col].to_numpy(float), values, bounds.loss_atol(values), col)
         elif a[col].dtype.kind == "f":
             np.testing.assert_array_equal(b[col].to_numpy(), a[col].to_numpy(), err_msg=col)
         else:
@@ -170,5 +175,4 @@ def assert_close_events(a: pd.DataFrame, b: pd.DataFrame, bounds: RunBounds) -> 
     pd.testing.assert_frame_equal(a.drop(columns=loss), b.drop(columns=loss), check_exact=True)
     for col in loss:
         values = a[col].to_numpy(float)
-        assert_within(b[col].to_numpy(float), values, bounds.relative * np.nanmax(np.abs(values), initial=1.0),
-                      f"events.{col}")
+        assert_within(b[col].to_numpy(float), values, bounds.loss_atol(values), f"events.{col}")
