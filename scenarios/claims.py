@@ -39,6 +39,9 @@ FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``)
       overrides: {dataset.name: mnist1d}   # this claim's own overrides (merged over the family's)
       plot: true                           # also draw A's and B's curves (PNG beside the report)
       ablation: true                       # mark the row as an ablation (component off)
+      why_not: "..."                       # one sentence: why the row does not hold at the scale run
+                                           # (the report's header lists every row that does not
+                                           # hold with it; written after seeing the verdict)
 
 The margin (:meth:`Claim.margin_for`; every report prints the rule): a directional claim
 with ``paper_effect`` uses half of |paper_effect| unless it gives ``margin``, which may not
@@ -197,9 +200,14 @@ class Claim(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)
     plot: bool = False
     ablation: bool = False
+    why_not: str = ""
+    """One sentence: why this row does not hold (or cannot tell, or is identical) at the scale
+    run; the report's header lists every such row with it (:func:`fedclock.scenarios.reproduce.report_text`)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Claim:
+        if "\n" in self.why_not.strip():
+            raise ValueError("why_not: one sentence on one line (got several lines)")
         if _counts(self.metric) and self.target is None:
             raise ValueError(f"metric {self.metric} needs target: (an accuracy in (0, 1])")
         if self.target is not None and not 0 < self.target <= 1:

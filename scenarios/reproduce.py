@@ -67,8 +67,9 @@ import yaml
 from fedclock.scenarios.api import execute, load, resolve_path
 from fedclock.scenarios.checkpoints import fingerprint
 from fedclock.scenarios import provenance
-from fedclock.scenarios.claim_stats import (ALPHA, CENSORED, CONFIDENCE, IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR,
-                                            Assessment, Paired, assess, expected_false_holds, holm, size_words)
+from fedclock.scenarios.claim_stats import (ALPHA, CANNOT_TELL, CENSORED, CONFIDENCE, DOES_NOT_HOLD, HOLDS,
+                                            IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR, Assessment, Paired, assess,
+                                            expected_false_holds, holm, size_words)
 from fedclock.scenarios.claims import (ACCURACY_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set, metric_kind,
                                        scoring)
 from fedclock.scenarios.loader import Suite
@@ -634,6 +635,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
              *header, "", f"Paper: {claim_set.paper}", ""]
     if claim_set.notes:
         lines += [claim_set.notes.strip(), ""]
+    lines += not_holding_lines(outcomes)
     lines += [
         f"**{len(outcomes)} rows, {tested} tested** (identical runs are not). Each test runs at one-sided level "
         f"{ALPHA}, so chance alone would give on average {tested} × {ALPHA} = "
@@ -716,6 +718,30 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
             lines += ["", f"![{c.id}]({plots[c.id].name})"]
         lines.append("")
     return "\n".join(lines)
+
+
+NO_REASON = "*no reason written in the claim set (`why_not:`)*"
+"""What the header says for a row that does not hold and whose claim gives no ``why_not``."""
+
+
+def not_holding(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The rows whose verdict is not *holds* (does not hold, cannot tell, identical), in order."""
+    return [o for o in outcomes if o.verdict != HOLDS]
+
+
+def not_holding_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """The header's list of the rows that do not hold, each with its claim's ``why_not``
+    sentence (:data:`NO_REASON` where the claim gives none), grouped by verdict."""
+    rows = not_holding(outcomes)
+    if not rows:
+        return [f"**Every one of the {len(outcomes)} rows holds.**", ""]
+    lines = [f"**Rows that do not hold: {len(rows)} of {len(outcomes)}**, and why:", ""]
+    for verdict in (DOES_NOT_HOLD, CANNOT_TELL, IDENTICAL):
+        group = [o for o in rows if o.verdict == verdict]
+        if group:
+            lines.append(f"- *{verdict}* ({len(group)}):")
+            lines += [f"  - `{o.claim.id}`: {o.claim.why_not.strip() or NO_REASON}" for o in group]
+    return lines + [""]
 
 
 def _scoring_text(c: Claim) -> str:
