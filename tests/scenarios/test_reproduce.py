@@ -293,6 +293,12 @@ def test_metrics_by_hand() -> None:
     assert measure(m, _claim("auc_adapted"))[0] == pytest.approx(0.5)
     with pytest.raises(ClaimError, match="no adapted_accuracy_mean"):
         measure(m.drop(columns="adapted_accuracy_mean"), _claim("final_adapted"))
+    # the norm gain: the mean over the evaluations that have one (none before the first step)
+    m["update_norm_gain"] = [float("nan"), 1.5, 2.0]
+    assert measure(m, _claim("norm_gain")) == (1.75, True)
+    assert _claim("norm_gain").scale == 1.0 and _claim("norm_gain").unit == "ratio"
+    with pytest.raises(ClaimError, match="no update_norm_gain"):
+        measure(m.drop(columns="update_norm_gain"), _claim("norm_gain"))
 
 
 def test_report_numbers_keep_three_significant_digits_of_virtual_seconds() -> None:
