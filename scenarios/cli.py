@@ -44,6 +44,7 @@ from fedclock.scenarios.datasets import DatasetError
 from fedclock.scenarios.experiment import Interrupted, OutputError, RunSummary
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, not_imported, one_line, read_yaml
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find
+from fedclock.scenarios.results import MetricError
 from fedclock.scenarios.rundirs import ResultsError
 from fedclock.scenarios.runstatus import FolderInUse
 from fedclock.scenarios.schema import Scenario
@@ -210,7 +211,8 @@ def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -
         if args.jobs != 1 or args.unfinished:
             return _run_grid(suite, args)
         return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite, ray_start=ray_start)
-    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
+    except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, MetricError, CheckpointError,
+            PluginError,
             ClaimError, FolderInUse) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

@@ -30,6 +30,7 @@ table never exists whole in Arrow (readers join the row groups).
 """
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from dataclasses import dataclass
@@ -149,14 +150,27 @@ class ClientEvents:
         return RowsColumn(self.num_clients, rows)
 
 
+class MetricError(Exception):
+    """A reported metric that is not a number (it cannot become a float64 column)."""
+
+
 class Table:
     """Rows of one Parquet file, rewritten atomically on flush; with ``journal``, rows appended
-    since the last flush are also written at once as part files (see the module docstring)."""
+    since the last flush are also written at once as part files (see the module docstring).
 
-    def __init__(self, path: Path, schema: pa.Schema, journal: bool = False) -> None:
+    With ``open_columns`` the schema is a typed core that grows: a row's key the schema does
+    not have becomes one more float64 column (after the core and the extras before it, in the
+    order first seen; earlier rows hold null there), so a metric an algorithm reports is never
+    dropped. Such a key's values must be numbers (``int``, ``float``, ``bool``, NumPy scalars)
+    or None; any other value is a :class:`MetricError` naming the key."""
+
+    def __init__(self, path: Path, schema: pa.Schema, journal: bool = False, open_columns: bool = False) -> None:
         self.path = path
         self.schema = schema
         self.journal = journal
+        self.open_columns = open_columns
+        self.core = frozenset(schema.names)
+        """The typed columns (the schema given); every other column is an open float64 one."""
         self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
         self._dirty = True
         self._journaled = 0  # rows already on disk, in the main file or in parts
@@ -166,9 +180,25 @@ class Table:
         return parts_dir(self.path)
 
     def append(self, row: dict[str, Any]) -> None:
+        if self.open_columns and row.keys() - self.core:
+            self._check_open(row)
         for name, values in self.columns.items():
             values.append(row.get(name))
         self._dirty = True
+
+    def _check_open(self, row: dict[str, Any]) -> None:
+        """Add a float64 column for each key of ``row`` the schema lacks; refuse a value of an
+        open column that is not a number."""
+        core, columns = self.core, self.columns
+        for name, value in row.items():
+            if name in core:
+                continue
+            if value is not None and not isinstance(value, numbers.Real):
+                raise MetricError(f"{self.path.name}: metric {name!r} is {type(value).__name__} {value!r}; "
+                                  "a reported metric must be a number (int, float, bool) or None")
+            if name not in columns:
+                self.schema = self.schema.append(pa.field(name, pa.float64()))
+                columns[name] = [None] * len(self)
 
     def commit(self) -> None:
         """Write the rows appended since the last commit or flush as one part file."""
@@ -190,6 +220,12 @@ class Table:
     def replace(self, columns: dict[str, Any]) -> None:
         # NumPy columns stay arrays: a list of a million NumPy scalars per column costs ~40 bytes a value;
         # a RowsColumn is computed a block of rows at a time when written
+        if self.open_columns:  # open columns of the rows given (e.g. read back from disk) join the schema
+            for name in columns:
+                if name not in self.schema.names:
+                    self.schema = self.schema.append(pa.field(name, pa.float64()))
+            rows = len(next(iter(columns.values()))) if columns else 0
+            columns = {name: columns[name] if name in columns else [None] * rows for name in self.schema.names}
         self.columns = {name: columns[name] if isinstance(columns[name], (np.ndarray, list, RowsColumn))
                         else list(columns[name]) for name in self.schema.names}
         self._dirty = True
@@ -281,10 +317,11 @@ def read_rows(path: Path) -> pa.Table:
             continue
         if start > rows:
             break  # a gap: nothing after it can be trusted
-        piece = pq.read_table(part, schema=main.schema)
+        piece = pq.read_table(part)
         pieces.append(piece)
         rows += piece.num_rows
-    return pa.concat_tables(pieces)
+    # a part written after an open column first appeared has one more column (null before)
+    return pa.concat_tables(pieces, promote_options="default")
 
 
 def resolved_dict(scenario: Scenario) -> dict[str, Any]:
@@ -326,8 +363,8 @@ class ResultsWriter:
         if not resume:
             (out_dir / "scenario.resolved.yaml").write_text(
                 yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
-        self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA, journal=True)
-        self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA, journal=True)
+        self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA, journal=True, open_columns=True)
+        self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA, journal=True, open_columns=True)
         self.clients = Table(out_dir / "clients.parquet", CLIENTS_SCHEMA)
         self.timeline = Table(out_dir / "timeline.parquet", TIMELINE_SCHEMA, journal=True)
         self.client_metrics = (Table(out_dir / "client_metrics.parquet", CLIENT_METRICS_SCHEMA, journal=True)
@@ -361,19 +398,9 @@ class ResultsWriter:
 
     # ------------------------------------------------------------------ Recorder
     def task_ended(self, task: Task) -> None:
-        t = task.timing
-        self.events.append({
-            "task": task.index, "client": task.client, "client_task": task.client_task, "round": task.round,
-            "dispatched_at": task.dispatched_at, "finished_at": task.ended_at,
-            "version_dispatched": task.version, "version_applied": task.version_applied,
-            "staleness": task.staleness if task.status == APPLIED else None,
-            "bytes_down": task.bytes_down,
-            "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED, TIMED_OUT) else 0,
-            "download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s, "comm_s": t.comm_s,
-            "num_samples": task.num_samples, "train_loss": task.metrics.get("train_loss"), "status": task.status,
-            "steps": task.steps_reported if task.steps_reported is not None else task.steps,
-            "steps_full": task.steps_full,
-        })
+        row = self._event_core(task)
+        # what the client reported beyond the core columns (an applied task's metrics) joins as open columns
+        self.events.append({**task.metrics, **row} if task.metrics else row)
         if self.participation is not None:
             self.participation.ended(task)
         totals = self.totals
@@ -393,6 +420,23 @@ class ResultsWriter:
             totals.unfinished += int(task.status != LOST)
             totals.bytes_total += task.bytes_down
         # written at the clock's next progress report: a sync round's hundreds of task ends are one part file
+
+    @staticmethod
+    def _event_core(task: Task) -> dict[str, Any]:
+        """The typed columns of ``task``'s events row."""
+        t = task.timing
+        return {
+            "task": task.index, "client": task.client, "client_task": task.client_task, "round": task.round,
+            "dispatched_at": task.dispatched_at, "finished_at": task.ended_at,
+            "version_dispatched": task.version, "version_applied": task.version_applied,
+            "staleness": task.staleness if task.status == APPLIED else None,
+            "bytes_down": task.bytes_down,
+            "bytes_up": task.bytes_up if task.status in (APPLIED, DROPPED, TIMED_OUT) else 0,
+            "download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s, "comm_s": t.comm_s,
+            "num_samples": task.num_samples, "train_loss": task.metrics.get("train_loss"), "status": task.status,
+            "steps": task.steps_reported if task.steps_reported is not None else task.steps,
+            "steps_full": task.steps_full,
+        }
 
     def clients_evaluated(self, results: Sequence[Any]) -> None:
         """The backend hands each client's personalized result (an

@@ -215,7 +215,7 @@ def test_writer_event_rows_and_totals(tmp_path: Path) -> None:
     w.task_ended(_task(0, APPLIED, client=2, staleness=3))
     w.task_ended(_task(1, DROPPED, client=1, staleness=4, loss=None))
     w.task_ended(_task(2, UNFINISHED, client=0, staleness=None, loss=None))
-    w.evaluated(42.0, 7, 2, {"global_accuracy": 0.9, "global_loss": 0.2, "ignored_key": 1.0})
+    w.evaluated(42.0, 7, 2, {"global_accuracy": 0.9, "global_loss": 0.2, "extra_key": 1})
     ev = pd.read_parquet(tmp_path / "events.parquet", dtype_backend="numpy_nullable")
     assert ev["client"].tolist() == [2, 1, 0]
     assert ev["status"].tolist() == [APPLIED, DROPPED, UNFINISHED]
@@ -230,8 +230,9 @@ def test_writer_event_rows_and_totals(tmp_path: Path) -> None:
     assert w.totals.staleness_sum == 3
     assert w.totals.bytes_total == 1400 + 1400 + 1000
     m = pd.read_parquet(tmp_path / "metrics.parquet", dtype_backend="numpy_nullable")
-    assert list(m.columns) == METRICS_SCHEMA.names
+    assert list(m.columns) == METRICS_SCHEMA.names + ["extra_key"]  # an unknown key is an open float column
     row = m.iloc[0]
+    assert row["extra_key"] == 1.0
     assert (row["virtual_time"], row["version"], row["round"]) == (42.0, 7, 2)
     assert (row["tasks_applied"], row["tasks_dropped"], row["bytes_total"]) == (1, 1, 3800)
     assert row["global_accuracy"] == 0.9 and row["personal_accuracy_mean"] is pd.NA
