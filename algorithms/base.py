@@ -28,7 +28,9 @@ the tensors); what a task computes is not declared but counted from ``client_upd
 
 Writing one of your own: subclass :class:`Algorithm` (or a shipped algorithm), set ``name``,
 ``Params`` and ``modes``, implement ``client_update`` and ``server_receive``; a missing class
-attribute fails when the class is defined. See the guide ``docs/own_algorithm.md``.
+attribute fails when the class is defined. See the guide ``docs/own_algorithm.md``. A
+subclass of a shipped algorithm inherits everything, its class flags included, except the
+flags that speak of a hook it overrides (:data:`HOOK_FLAGS`).
 """
 from __future__ import annotations
 
@@ -201,6 +203,35 @@ def _docstring_lines(cls: type) -> list[str]:
     return inspect.cleandoc(doc).splitlines() if isinstance(doc, str) and doc.strip() else []
 
 
+CLIENT_STEP = frozenset({"client_update", "local_train", "sgd_task", "sgd_result"})
+"""The hooks that make a client's step (the plain and the vectorized one)."""
+
+HOOK_FLAGS: dict[str, tuple[Any, frozenset[str]]] = {
+    "vectorizable": (False, CLIENT_STEP),
+    "objectives": (frozenset({"supervised"}), CLIENT_STEP),
+    "stateless_clients": (False, CLIENT_STEP),
+    "upload_is_delta": (False, CLIENT_STEP),
+    "upload_is_model": (False, CLIENT_STEP),
+    "per_token_targets": (False, CLIENT_STEP | {"evaluate_global", "evaluate_client"}),
+    "aggregates_deltas": (False, CLIENT_STEP | {"server_receive"}),
+}
+"""The class flags that describe hooks: flag -> (its safe value, the hooks it speaks about).
+A subclass inherits such a flag, unless a class placed before the one that declared it (in
+the method resolution order: the subclass itself, or a layer in front of it) defines one of
+its hooks; then it is the safe value, until a class declares the flag again
+(:meth:`Algorithm.__init_subclass__`)."""
+
+
+def _overrides_after_declaring(cls: type, flag: str, hooks: frozenset[str]) -> bool:
+    """Whether a class before ``flag``'s declaring class in ``cls``'s MRO defines one of ``hooks``."""
+    for klass in cls.__mro__:
+        if flag in klass.__dict__:
+            return False
+        if not hooks.isdisjoint(klass.__dict__):
+            return True
+    return False
+
+
 class Algorithm(ABC, Generic[P]):
     """Base class of every algorithm.
 
@@ -241,8 +272,8 @@ class Algorithm(ABC, Generic[P]):
     stateless_clients: bool = False
     """True when ``client_update`` never returns a client state (``state`` is always None
     for a client that had none), so a task whose upload the server will discard changes
-    nothing and the clock need not run it. Declared per class: a subclass that does not set
-    it in its own body gets False (it may keep state its parent did not); an instance may
+    nothing and the clock need not run it. Inherited unless the subclass changes the client
+    step (:data:`HOOK_FLAGS`: then False until it declares it again); an instance may
     turn it off for its settings (a self-supervised FedAvg keeps its local encoder: see
     :meth:`~fedclock.algorithms.ssl.ObjectiveMixin.keep_local_body`), and the runtime reads
     the instance's value; the runtime stops a run whose declared-stateless algorithm returns
@@ -251,17 +282,18 @@ class Algorithm(ABC, Generic[P]):
     vectorizable: ClassVar[bool] = False
     """True when K clients can train at once as one batched network
     (:mod:`fedclock.algorithms.vectorized`: the class implements ``sgd_task`` and
-    ``sgd_result``). Not inherited: a subclass that changes the client step declares it
-    again in its own body, else it is False (set by :meth:`__init_subclass__`)."""
+    ``sgd_result``). Inherited unless a subclass changes the client step (``client_update``,
+    ``local_train``, ``sgd_task``, ``sgd_result``): then False until it declares it again
+    (:data:`HOOK_FLAGS`, applied by :meth:`__init_subclass__`)."""
     upload_is_delta: ClassVar[bool] = False
     """True when every upload is ``{"delta": w_local - w_received}``, the change of the whole
     flat model over the task, so ``upload.compression`` may encode it
-    (:mod:`fedclock.algorithms.compressed`). Not inherited, like ``vectorizable``: a subclass
-    that uploads anything else must not claim it."""
+    (:mod:`fedclock.algorithms.compressed`). Inherited like ``vectorizable``: a subclass that
+    changes the client step claims it only by declaring it again."""
     upload_is_model: ClassVar[bool] = False
     """True when every upload is ``{"weights": w_local}``, the whole flat model trained from
     the received ``payload["weights"]``, so ``upload.compression`` may encode its difference
-    from the received model (:mod:`fedclock.algorithms.compressed`). Not inherited, like
+    from the received model (:mod:`fedclock.algorithms.compressed`). Inherited like
     ``upload_is_delta``."""
     aggregates_deltas: ClassVar[bool] = False
     """True when ``upload_is_delta`` and the server's step moves the model by a weighted mean
@@ -269,18 +301,20 @@ class Algorithm(ABC, Generic[P]):
     the same ``num_samples`` and ``steps`` (FedAvg's cohort mean, FedBuff's buffer mean), so
     central differential privacy (:mod:`fedclock.algorithms.privacy`) may noise the sum of
     one step's clipped deltas; see also :meth:`aggregation_problem` and
-    :meth:`deltas_per_step`. Not inherited, like ``upload_is_delta``."""
+    :meth:`deltas_per_step`. Inherited unless a subclass changes the client step or
+    ``server_receive`` (then False until declared again)."""
     objectives: ClassVar[frozenset[str]] = frozenset({"supervised"})
     """Local objectives it trains with (``supervised``; ``simclr``/``simsiam`` through
-    :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Not inherited, like ``vectorizable``:
-    a subclass that does not declare it trains supervised only."""
+    :class:`~fedclock.algorithms.ssl.ObjectiveMixin`). Inherited like ``vectorizable``: a
+    subclass that changes the client step trains supervised only unless it declares it."""
     per_token_targets: ClassVar[bool] = False
     """True when every step of the class trains and evaluates through the shared loss and
     accuracy (:func:`~fedclock.algorithms.training.cross_entropy_loss`,
     :func:`evaluate_module`), which also take one target per token (a next-word task,
     :mod:`fedclock.algorithms.targets`); the experiment builder refuses per-token data for
-    the others (per-class statistics, body/head objectives on sample features). Not
-    inherited, like ``vectorizable``."""
+    the others (per-class statistics, body/head objectives on sample features). Inherited
+    unless a subclass changes the client step or an evaluation hook (then False until
+    declared again)."""
     per_token_refusal: ClassVar[str] = ""
     """Why the class cannot take per-token targets, said in the builder's refusal (empty:
     not said); set by the classes that need one label per sample by their method."""
@@ -300,11 +334,8 @@ class Algorithm(ABC, Generic[P]):
         """Fill the defaults that come from the class itself and check the required class
         attributes of every concrete subclass (a mistake fails at import, naming it)."""
         super().__init_subclass__(**kwargs)
-        for attribute, default in (("vectorizable", False), ("objectives", frozenset({"supervised"})),
-                                   ("stateless_clients", False), ("upload_is_delta", False),
-                                   ("upload_is_model", False), ("per_token_targets", False),
-                                   ("aggregates_deltas", False)):
-            if attribute not in cls.__dict__:
+        for attribute, (default, hooks) in HOOK_FLAGS.items():
+            if attribute not in cls.__dict__ and _overrides_after_declaring(cls, attribute, hooks):
                 setattr(cls, attribute, default)
         lines = _docstring_lines(cls)
         if "summary" not in cls.__dict__ and lines:

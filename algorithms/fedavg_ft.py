@@ -41,6 +41,7 @@ class FedAvgFT(FedAvg):
                             "McMahan et al., AISTATS 2017")
     Params: ClassVar[type[AlgorithmParams]] = FedAvgFTParams
     vectorizable: ClassVar[bool] = True  # FedAvg's training; fine-tuning is plain SGD (eval_plan)
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised"})  # not FedAvg's unlabeled objectives
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:

@@ -46,6 +46,7 @@ class FedExp(FedAvg):
                             "ICLR 2023")
     Params: ClassVar[type[AlgorithmParams]] = FedExpParams
     vectorizable: ClassVar[bool] = True  # FedAvg's client step (sgd_task, sgd_result)
+    objectives: ClassVar[frozenset[str]] = frozenset({"supervised"})  # not FedAvg's unlabeled objectives
 
     def server_receive(self, state: ServerState, arrivals: list[Arrival],
                        rng: torch.Generator) -> tuple[ServerState, bool]:

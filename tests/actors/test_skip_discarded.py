@@ -83,9 +83,15 @@ def test_skipping_discarded_tasks_gives_the_same_tables(case: str, tmp_path: Pat
 def test_declared_stateless_clients_are_per_class() -> None:
     assert FedAvg.stateless_clients and not Scaffold.stateless_clients
 
-    class KeepsState(FedAvg):  # a subclass does not inherit the declaration
+    class SameClientStep(FedAvg):  # a subclass that keeps the client step inherits the declaration
         pass
 
+    class KeepsState(FedAvg):  # one that changes the client step does not (it may keep state)
+        def client_update(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
+                          rng: Any) -> ClientResult:
+            return super().client_update(payload, client_state, data, rng)
+
+    assert SameClientStep.stateless_clients
     assert not KeepsState.stateless_clients and not Algorithm.stateless_clients
 
 

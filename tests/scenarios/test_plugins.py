@@ -187,7 +187,7 @@ def test_missing_class_attributes_fail_when_the_class_is_defined() -> None:
 
     assert Documented.summary == "Buffered async with a twist."
     assert Documented.paper == "Someone et al., A Paper, 2030"
-    assert not Documented.vectorizable and FedBuff.vectorizable  # not inherited
+    assert Documented.vectorizable and FedBuff.vectorizable  # inherited: its client step is FedBuff's
 
 
 def test_entry_points_of_an_installed_package_are_found_and_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
