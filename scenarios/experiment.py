@@ -40,7 +40,7 @@ from fedclock.scenarios.results import ClientEvents, ResultsWriter, RowsColumn, 
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import Scenario
-from fedclock.scheduling.modes import AsyncMode, SyncMode
+from fedclock.scheduling.modes import AsyncMode
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
 from fedclock.scheduling.population import PopulationConfig, client_classes, population_availability
 from fedclock.scheduling.devices import Devices, task_timing
@@ -420,12 +420,12 @@ def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices
         wl.check_timeout(federation.num_clients, lambda c: local_steps(int(sizes[c])), duration)
     except TimeoutTooShort as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
-    mode = scenario.mode
-    if isinstance(mode, SyncMode) and mode.deadline_s is not None and mode.late_results == "drop":
+    deadline = scenario.mode.round_deadline_s
+    if scenario.mode.drops_late and deadline is not None:
         fastest = min(duration(c, wl.fewest_steps(c, local_steps(int(sizes[c]))))
                       for c in range(federation.num_clients))
-        if fastest > mode.deadline_s:
-            raise ScenarioError(f"{scenario.name}: mode.deadline_s: {mode.deadline_s:g} s is shorter than the fastest "
+        if fastest > deadline:
+            raise ScenarioError(f"{scenario.name}: mode.deadline_s: {deadline:g} s is shorter than the fastest "
                                 f"possible task ({fastest:.4g} s), so every round would drop every result; raise it "
                                 f"(or set mode.late_results: include)")
     return wl

@@ -81,7 +81,7 @@ def run_privacy_problem(scenario: Scenario) -> str | None:
         if mode.task_timeout_s is not None:
             return ("privacy.mode: local DP counts the uploads the server receives, and with mode.task_timeout_s it "
                     "discards late ones the clients sent (allowed: central, or no task_timeout_s)")
-        if isinstance(mode, SyncMode) and mode.deadline_s is not None and mode.late_results == "drop":
+        if mode.drops_late:
             return ("privacy.mode: local DP counts the uploads the server receives, and with mode.deadline_s and "
                     "late_results: drop it discards late ones the clients sent (allowed: central, or late_results: "
                     "include)")

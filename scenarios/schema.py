@@ -393,7 +393,7 @@ class Scenario(StrictModel):
             (f"population.clients[{i}].completeness", g.completeness) for i, g in enumerate(pop.clients)]
         for where, cfg in budgets:
             if isinstance(cfg, TimeBudget) and cfg.budget_s is None and \
-                    not (isinstance(self.mode, SyncMode) and self.mode.deadline_s is not None):
+                    self.mode.round_deadline_s is None:
                 raise ValueError(f"{where}.budget_s: required unless mode is sync with deadline_s "
                                  f"(then the round deadline is the budget)")
         return self

@@ -13,7 +13,6 @@ import numpy as np
 from pydantic import ValidationError
 
 from fedclock.scenarios.plugins import PluginError, find
-from fedclock.scheduling.modes import SyncMode
 from fedclock.scheduling.rng import Stream, numpy_rng
 from fedclock.scheduling.selection import DISCLOSABLE, SelectionConfig, Selector
 from fedclock.scheduling.selection_registry import SELECTOR_NAMES, SELECTORS
@@ -71,7 +70,7 @@ def resolve_selection(raw: Any, base_dir: Path | None,
 def selection_problem(selection: SelectionConfig, mode: Any) -> str | None:
     """A one-line error when the selector cannot act in this mode."""
     if selection.name == "fedcs" and getattr(selection.params, "deadline_s", None) is None and \
-            not (isinstance(mode, SyncMode) and mode.deadline_s is not None):
+            mode.round_deadline_s is None:
         return "selection.deadline_s: fedcs needs a round deadline (set mode.deadline_s in sync mode or " \
                "selection.deadline_s)"
     return None

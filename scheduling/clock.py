@@ -24,7 +24,6 @@ finishes; the result is discarded). In async mode the slot is freed at the give-
 """
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any, Callable, Collection, Generator, Hashable, Protocol, Sequence
 
@@ -38,11 +37,10 @@ from fedclock.scheduling.heterogeneity import WorkAndLinks
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.kernel import Kernel
 from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
-from fedclock.scheduling.protocols import AsyncSlots, sync_rounds, windowed_rounds
+from fedclock.scheduling.protocols import SyncRules
 from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
-from fedclock.scheduling.selection import (ClientHistory, Disclosed, SelectionView, Selector, checked_choice,
-                                           overcommitted)
+from fedclock.scheduling.selection import ClientHistory, Disclosed, SelectionView, Selector, checked_choice
 from fedclock.scheduling.task import (APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, UNFINISHED, Applied, Reported,
                                       Task, TaskCosts)
 
@@ -210,12 +208,7 @@ class Clock:
     # ------------------------------------------------------------------ the run
     def run(self) -> str:
         """Run until a stop condition; return why it stopped."""
-        if isinstance(self.mode, SyncMode):
-            protocol = sync_rounds(self)
-        elif self.mode.aggregation is not None:
-            protocol = windowed_rounds(self, self.mode.aggregation.window_s)
-        else:
-            protocol = AsyncSlots(self).run()
+        protocol = self.mode.protocol(self)
         if self.script is not None:
             self.script.start(self)
         self.env.process(protocol)
@@ -269,20 +262,9 @@ class Clock:
             busy.pop(task.client)
 
     # ------------------------------------------------------------------ finding idle clients
-    def sample_cohort(self) -> list[int]:
+    def sample_cohort(self, rule: SyncRules) -> list[int]:
         """Idle, available clients, sampled without replacement, in client-id order."""
-        mode = self.mode
-        assert isinstance(mode, SyncMode)
-        n = len(self.devices)
-        if mode.cohort_size is not None:
-            want = mode.cohort_size
-        elif mode.cohort_fraction is not None:
-            want = max(1, math.ceil(mode.cohort_fraction * n))
-        else:
-            want = n
-        quota = want
-        if mode.overcommit is not None:
-            want = overcommitted(want, mode.overcommit)
+        want, quota = rule.cohort_rule(len(self.devices))
         idle = self.idle.count(self.env.now, self.round)
         if idle <= want:
             cohort = self.idle.at_many(range(idle))
@@ -290,7 +272,7 @@ class Clock:
             cohort = self._select(idle, want, self.round)
         else:
             cohort = sorted(self.idle.at_many(self.rng.choice(idle, size=want, replace=False)))
-        self.cohort_quota = min(quota, len(cohort)) if mode.overcommit is not None else None
+        self.cohort_quota = min(quota, len(cohort)) if quota is not None else None
         return cohort
 
     def pick_idle(self) -> int | None:
@@ -334,7 +316,7 @@ class Clock:
         """What the selector may see now (:class:`~fedclock.scheduling.selection.SelectionView`)."""
         assert self.history is not None
         sizes = self._size_array() if "data_size" in self.disclose else None
-        deadline = getattr(self.mode, "deadline_s", None)
+        deadline = self.mode.round_deadline_s
         return SelectionView(self.history, self.env.now, round_index, self.version,
                              self._disclosed if "resources" in self.disclose else None, data_size=sizes,
                              deadline_s=deadline)
@@ -418,8 +400,7 @@ class Clock:
         if start:
             self.start(task)
         if self.history is not None:
-            self.history.picked(client, now, self.round if isinstance(self.mode, SyncMode) or
-                                getattr(self.mode, "aggregation", None) is not None else self.version)
+            self.history.picked(client, now, self.round if self.mode.counts_rounds else self.version)
         self.kernel.arm(task)
         self.recorder.progress(now, self.version, len(self.in_flight))
         return task

@@ -52,7 +52,7 @@ class WorkAndLinks:
                     self.completeness_of[cid] = group.completeness
                 if group.connectivity is not None:
                     self.connectivity_of[cid] = group.connectivity
-        self.round_deadline_s = mode.deadline_s if isinstance(mode, SyncMode) else None
+        self.round_deadline_s = mode.round_deadline_s
         self.timeout_s: float | None = mode.task_timeout_s
 
     def completeness(self, client: int) -> CompletenessConfig:

@@ -1,18 +1,48 @@
 """The protocol's modes (sync rounds, async slots, windowed aggregation) and stop rules.
 
-The protocols themselves are :mod:`fedclock.scheduling.clock`.
+Each mode carries its behaviour (as the other config variants do): :meth:`Mode.protocol`
+makes the clock's protocol (:mod:`fedclock.scheduling.protocols`), and the mode answers what
+the rest of the run asks of it (its round deadline, whether late results are dropped, whether
+the selector's history counts rounds), so nobody tests the mode's class.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import math
+from typing import Annotated, Any, Generator, Literal, Union
 
+import simpy
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.lateness import LateClients, late_map
 from fedclock.scheduling.model_base import Fraction, PositiveFloat, StrictModel
+from fedclock.scheduling.protocols import AsyncSlots, ProtocolClock, sync_rounds, windowed_rounds
+from fedclock.scheduling.selection import overcommitted
 
 
-class SyncMode(StrictModel):
+class Mode(StrictModel):
+    """The base of the modes: the protocol a mode runs and what it tells the rest of the run."""
+
+    def protocol(self, clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
+        """The clock's protocol in this mode (a SimPy process body)."""
+        raise NotImplementedError
+
+    @property
+    def round_deadline_s(self) -> float | None:
+        """A sync round's deadline (None: no deadline, or not sync rounds)."""
+        return None
+
+    @property
+    def drops_late(self) -> bool:
+        """Results arriving after their round's deadline are dropped (sync, ``late_results: drop``)."""
+        return False
+
+    @property
+    def counts_rounds(self) -> bool:
+        """The selector's history keys a pick by round (sync rounds, windows), not by version."""
+        return True
+
+
+class SyncMode(Mode):
     """Barrier rounds over a sampled cohort of available, idle clients."""
 
     type: Literal["sync"] = "sync"
@@ -39,6 +69,29 @@ class SyncMode(StrictModel):
                              "is cancelled); remove one of them")
         return self
 
+    def protocol(self, clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
+        return sync_rounds(clock)
+
+    @property
+    def round_deadline_s(self) -> float | None:
+        return self.deadline_s
+
+    @property
+    def drops_late(self) -> bool:
+        return self.deadline_s is not None and self.late_results == "drop"
+
+    def cohort_rule(self, num_clients: int) -> tuple[int, int | None]:
+        """(clients dispatched for a round, the results it waits for: None without over-commitment)."""
+        if self.cohort_size is not None:
+            want = self.cohort_size
+        elif self.cohort_fraction is not None:
+            want = max(1, math.ceil(self.cohort_fraction * num_clients))
+        else:
+            want = num_clients
+        if self.overcommit is None:
+            return want, None
+        return overcommitted(want, self.overcommit), want
+
 
 class WindowAggregation(StrictModel):
     """Periodic aggregation in virtual time: the server folds in, every ``window_s`` seconds,
@@ -57,7 +110,7 @@ class WindowAggregation(StrictModel):
         return self
 
 
-class AsyncMode(StrictModel):
+class AsyncMode(Mode):
     """A fixed number of tasks in flight; each completion frees a slot for an idle client.
     With ``aggregation``, arrivals are instead collected and applied once per time window."""
 
@@ -68,6 +121,15 @@ class AsyncMode(StrictModel):
         "is freed then)")
     aggregation: WindowAggregation | None = Field(
         default=None, description="windowed aggregation: {window_s: ...}; default applies each arrival at once")
+
+    def protocol(self, clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
+        if self.aggregation is not None:
+            return windowed_rounds(clock, self.aggregation.window_s, late_map(self.aggregation.late_windows))
+        return AsyncSlots(clock).run()
+
+    @property
+    def counts_rounds(self) -> bool:
+        return self.aggregation is not None
 
 
 ModeConfig = Annotated[Union[SyncMode, AsyncMode], Field(discriminator="type")]

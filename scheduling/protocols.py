@@ -15,25 +15,38 @@ writes the same protocols in plain SimPy (one process per task) as an executable
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Generator, Protocol
+from typing import Any, Callable, Generator, Literal, Protocol
 
 import simpy
 
 from fedclock.scheduling.candidates import IdleClients
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.kernel import Arrivals, Kernel
-from fedclock.scheduling.lateness import late_map, split_due
-from fedclock.scheduling.modes import AsyncMode, StopConfig, SyncMode
+from fedclock.scheduling.lateness import split_due
 from fedclock.scheduling.task import CANCELLED, Task
 
 
+class SyncRules(Protocol):
+    """What the sync protocol reads of its mode (:class:`~fedclock.scheduling.modes.SyncMode`)."""
+
+    @property
+    def deadline_s(self) -> float | None: ...
+
+    @property
+    def late_results(self) -> Literal["drop", "include"]: ...
+
+    def cohort_rule(self, num_clients: int) -> tuple[int, int | None]: ...
+
+
 class ProtocolClock(Protocol):
-    """What a protocol uses of the clock (:class:`~fedclock.scheduling.clock.Clock`)."""
+    """What a protocol uses of the clock (:class:`~fedclock.scheduling.clock.Clock`). Its
+    ``mode`` is the mode that made the protocol (:mod:`fedclock.scheduling.modes`), read anew
+    each round (timeline events may change its limits): sync rounds read it as
+    :class:`SyncRules`, async slots and windows its ``concurrency``."""
 
     env: simpy.Environment
     kernel: Kernel
-    mode: SyncMode | AsyncMode
-    stop: StopConfig
+    mode: Any
     version: int
     round: int
     done: simpy.Event
@@ -65,7 +78,7 @@ class ProtocolClock(Protocol):
 
     def free(self, task: Task) -> None: ...
 
-    def sample_cohort(self) -> list[int]: ...
+    def sample_cohort(self, rule: SyncRules) -> list[int]: ...
 
     def pick_idle(self) -> int | None: ...
 
@@ -88,8 +101,8 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
     included in the round that closes after they arrive."""
     late_inbox: list[Task] = []
     while not clock.done.triggered:
-        cohort = clock.sample_cohort()
         mode = _sync_mode(clock)
+        cohort = clock.sample_cohort(mode)
         if mode.deadline_s is not None and mode.late_results == "drop":
             clock.drop_after = clock.env.now + mode.deadline_s  # a stateless client's task finishing later need not run
         everyone = _Barrier(clock.env, len(cohort))
@@ -173,10 +186,9 @@ def close_overcommitted(clock: ProtocolClock, tasks: list[Task], quota: int) -> 
             clock.cancel(t)
 
 
-def _sync_mode(clock: ProtocolClock) -> SyncMode:
+def _sync_mode(clock: ProtocolClock) -> SyncRules:
     """The clock's mode (sync; timeline events may have changed its cohort rule)."""
-    mode = clock.mode
-    assert isinstance(mode, SyncMode)
+    mode: SyncRules = clock.mode
     return mode
 
 
@@ -242,8 +254,7 @@ class AsyncSlots:
         """Dispatch idle, available clients until ``concurrency`` tasks are in flight; if
         slots stay empty, wait for the next availability change to fill them."""
         clock = self.clock
-        assert isinstance(clock.mode, AsyncMode)
-        in_flight, concurrency, on_settle = clock.in_flight, clock.mode.concurrency, self.on_settle
+        in_flight, concurrency, on_settle = clock.in_flight, int(clock.mode.concurrency), self.on_settle
         while len(in_flight) < concurrency:
             client = clock.pick_idle()
             if client is None:
@@ -266,7 +277,7 @@ class AsyncSlots:
 
 
 # --------------------------------------------------------------------------- windowed aggregation
-def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Event, Any, None]:
+def windowed_rounds(clock: ProtocolClock, window_s: float, late: dict[int, int]) -> Generator[simpy.Event, Any, None]:
     """Windowed (periodic) aggregation in virtual time, for any asynchronous algorithm;
     ``clock.round`` counts windows.
 
@@ -290,13 +301,11 @@ def windowed_rounds(clock: ProtocolClock, window_s: float) -> Generator[simpy.Ev
     the server gives up on ends at its give-up time and is not applied; its client is
     dispatched again at a later window close once it is idle.
 
-    With ``aggregation.late_windows`` (:mod:`fedclock.scheduling.lateness`) the listed clients'
-    results are held back a scripted number of windows instead, whatever their compute; such a
-    client stays busy until its result is applied.
+    With ``aggregation.late_windows`` (``late``: client -> windows, :mod:`fedclock.scheduling.lateness`)
+    the listed clients' results are held back a scripted number of windows instead, whatever their
+    compute; such a client stays busy until its result is applied.
     """
-    assert isinstance(clock.mode, AsyncMode) and clock.mode.aggregation is not None
     inbox: list[Task] = []
-    late = late_map(clock.mode.aggregation.late_windows)
 
     def on_settle(task: Task) -> None:
         if task.gives_up_at is not None:

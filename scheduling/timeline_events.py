@@ -12,9 +12,15 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
-from fedclock.scheduling.modes import AsyncMode, SyncMode
 from fedclock.scheduling.population import PopulationConfig, Tag
 
+
+
+class ModeType(Protocol):
+    """What an event's mode check reads of the run's mode (:mod:`fedclock.scheduling.modes`)."""
+
+    @property
+    def type(self) -> str: ...
 
 class ClientGroup(StrictModel):
     """Which clients an event acts on: all clients, or those named by ``ids``, ``range``
@@ -74,7 +80,7 @@ class _Trigger(StrictModel):
         group); the detail recorded in ``timeline.parquet``."""
         raise NotImplementedError(f"{type(self).__name__}.apply")
 
-    def mode_problem(self, mode: "SyncMode | AsyncMode", num_clients: int) -> str | None:
+    def mode_problem(self, mode: "ModeType", num_clients: int) -> str | None:
         """Why the event does not fit the run's mode (relative to the event), or None."""
         return None
 
@@ -209,7 +215,7 @@ class ConcurrencyEvent(_Trigger):
         target.set_mode_limits(concurrency=self.value)
         return f"concurrency={self.value}"
 
-    def mode_problem(self, mode: "SyncMode | AsyncMode", num_clients: int) -> str | None:
+    def mode_problem(self, mode: "ModeType", num_clients: int) -> str | None:
         if mode.type != "async":
             return "type: 'concurrency' needs mode.type async (use 'cohort' in sync mode)"
         if self.value > num_clients:
@@ -234,7 +240,7 @@ class CohortEvent(_Trigger):
         target.set_mode_limits(cohort_size=self.size, cohort_fraction=self.fraction)
         return f"size={self.size}" if self.size is not None else f"fraction={self.fraction:g}"
 
-    def mode_problem(self, mode: "SyncMode | AsyncMode", num_clients: int) -> str | None:
+    def mode_problem(self, mode: "ModeType", num_clients: int) -> str | None:
         if mode.type != "sync":
             return "type: 'cohort' needs mode.type sync (use 'concurrency' in async mode)"
         if self.size is not None and self.size > num_clients:
@@ -248,7 +254,7 @@ TimelineEvent = Annotated[
     Field(discriminator="type")]
 
 
-def timeline_problem(timeline: list, mode: "SyncMode | AsyncMode", population: PopulationConfig) -> str | None:
+def timeline_problem(timeline: list, mode: "ModeType", population: PopulationConfig) -> str | None:
     """The first event that does not fit the run's mode or population, as a one-line message."""
     n = population.num_clients
     tags = population.tag_names()
