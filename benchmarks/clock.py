@@ -105,7 +105,7 @@ def make_clock(clients: int, mode: SyncMode | AsyncMode, stop: StopConfig, avail
                   client_sizes=rng.integers(50, 500, size=clients), costs=TaskCosts(40_000, 40_000, lambda n: 5.0 * n),
                   mode=mode, stop=stop, eval_every=10**9, backend=backend, recorder=recorder, seed=0)
     if scan:  # the clock without its index of idle, available clients
-        clock.idle = ScannedIdleClients(clock.availability, clock.busy)
+        clock.cohorts.idle = ScannedIdleClients(clock.cohorts.availability, clock.busy)
         clock.busy.watcher = None
     return clock, backend, recorder
 

@@ -253,7 +253,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
             if scenario.output.checkpoint_every is None or attempt == MAX_SERVER_RESTARTS:
                 raise
             checkpoint = _usable_checkpoint(out_dir, mark, on_note)  # None: start over
-    table = _client_table(scenario, federation, devices, writer, clock.feasible)
+    table = _client_table(scenario, federation, devices, writer, clock.cohorts.feasible)
     if isinstance(clock.script, Timeline):
         table["retired_at"] = clock.script.retired_at
     if finals is not None and isinstance(algorithm, PrivateUploads):  # per-client epsilon (privacy:)
@@ -285,7 +285,7 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
         mean_staleness=totals.staleness_sum / totals.applied if totals.applied else 0.0,
         stop_reason=reason, out_dir=out_dir, tasks_lost=totals.lost, linear_generalization=linear[0],
         linear_personalization=linear[1], seed=seed, privacy_epsilon=last.get("dp_epsilon", float("nan")),
-        clients_infeasible=int(np.count_nonzero(~clock.feasible)),
+        clients_infeasible=int(np.count_nonzero(~clock.cohorts.feasible)),
         privacy_delta=last.get("dp_delta", float("nan")))
 
 

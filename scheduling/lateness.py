@@ -1,7 +1,7 @@
 """Scripted lateness for windowed aggregation: a client's results reach the server a fixed
 number of windows late, whatever its compute.
 
-Stragglers normally *emerge* from slow devices and links (:meth:`fedclock.scheduling.clock.Clock.windowed_rounds`):
+Stragglers normally *emerge* from slow devices and links (:func:`fedclock.scheduling.windowed.windowed_rounds`):
 a result is applied at the close of the window in which it arrives. A reproduction that must
 make the same clients late by the same number of rounds for every method (the SPFL/PLGA
 paper's Sec. 4.2: stragglers miss 1, 2, ..., |S| server rounds periodically, fixed for every

@@ -8,15 +8,19 @@ the selector's history counts rounds), so nobody tests the mode's class.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Generator, Literal, Union
+from typing import Annotated, Any, Generator, Literal, TypeVar, Union
 
 import simpy
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.lateness import LateClients, late_map
 from fedclock.scheduling.model_base import Fraction, PositiveFloat, StrictModel
-from fedclock.scheduling.protocols import AsyncSlots, ProtocolClock, sync_rounds, windowed_rounds
+from fedclock.scheduling.protocols import AsyncSlots, ProtocolClock, sync_rounds
 from fedclock.scheduling.selection import overcommitted
+from fedclock.scheduling.windowed import windowed_rounds
+
+
+M = TypeVar("M", bound="Mode")
 
 
 class Mode(StrictModel):
@@ -40,6 +44,17 @@ class Mode(StrictModel):
     def counts_rounds(self) -> bool:
         """The selector's history keys a pick by round (sync rounds, windows), not by version."""
         return True
+
+    def with_limits(self: M, concurrency: int | None = None, cohort_size: int | None = None,
+                    cohort_fraction: float | None = None) -> M:
+        """This mode with a new async concurrency, or a new sync cohort rule (size or fraction,
+        the other cleared), as timeline events change them."""
+        mode = self
+        if concurrency is not None:
+            mode = mode.model_copy(update={"concurrency": concurrency})
+        if cohort_size is not None or cohort_fraction is not None:
+            mode = mode.model_copy(update={"cohort_size": cohort_size, "cohort_fraction": cohort_fraction})
+        return mode
 
 
 class SyncMode(Mode):
@@ -96,7 +111,7 @@ class SyncMode(Mode):
 class WindowAggregation(StrictModel):
     """Periodic aggregation in virtual time: the server folds in, every ``window_s`` seconds,
     everything that arrived during the window, then sends the new model to idle clients
-    (see :meth:`fedclock.scheduling.clock.Clock.windowed_rounds`)."""
+    (see :func:`fedclock.scheduling.windowed.windowed_rounds`)."""
 
     window_s: PositiveFloat = Field(description="length of one aggregation window (one server round)")
     late_windows: list[LateClients] = Field(

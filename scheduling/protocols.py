@@ -5,8 +5,9 @@
   dropped, or (``late_results: include``) handed to the round that closes after they arrive.
 * :class:`AsyncSlots` (``mode: async``): ``concurrency`` tasks in flight; each arrival is handed
   to the server at once, and the freed slot goes to an idle, available client.
-* :func:`windowed_rounds` (``mode: async`` with ``aggregation``): arrivals are collected and
-  applied once per fixed virtual-time window.
+* :func:`~fedclock.scheduling.windowed.windowed_rounds` (``mode: async`` with ``aggregation``,
+  in :mod:`fedclock.scheduling.windowed`): arrivals are collected and applied once per fixed
+  virtual-time window.
 
 In all three a task the server gives up on (lost, or slower than ``mode.task_timeout_s``)
 ends then and is not applied (:meth:`ProtocolClock.give_up`). tests/scheduling/reference_protocols.py
@@ -22,7 +23,6 @@ import simpy
 from fedclock.scheduling.candidates import IdleClients
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.kernel import Arrivals, Kernel
-from fedclock.scheduling.lateness import split_due
 from fedclock.scheduling.task import CANCELLED, Task
 
 
@@ -38,6 +38,24 @@ class SyncRules(Protocol):
     def cohort_rule(self, num_clients: int) -> tuple[int, int | None]: ...
 
 
+class Picks(Protocol):
+    """What a protocol asks of the clock's cohorts (:class:`~fedclock.scheduling.cohorts.Cohorts`):
+    the idle finder, a sync cohort and its over-commitment quota, an async slot's client, a
+    window's clients."""
+
+    @property
+    def idle(self) -> IdleClients: ...
+
+    @property
+    def quota(self) -> int | None: ...
+
+    def sample(self, rule: SyncRules, now: float, round_index: int, version: int) -> list[int]: ...
+
+    def pick_idle(self, now: float, version: int) -> int | None: ...
+
+    def pick_for_window(self, limit: int, now: float, round_index: int, version: int) -> list[int] | None: ...
+
+
 class ProtocolClock(Protocol):
     """What a protocol uses of the clock (:class:`~fedclock.scheduling.clock.Clock`). Its
     ``mode`` is the mode that made the protocol (:mod:`fedclock.scheduling.modes`), read anew
@@ -51,20 +69,19 @@ class ProtocolClock(Protocol):
     round: int
     done: simpy.Event
     busy: BusyClients
-    idle: IdleClients
     in_flight: dict[int, Task]
     draining: dict[int, Task]
     drop_after: float | None
-    cohort_quota: int | None
     server_seconds: Callable[[list[Task]], float] | None
+
+    @property
+    def cohorts(self) -> Picks: ...
 
     def dispatch(self, client: int, on_settle: Callable[[Task], None] | None = None, start: bool = True) -> Task: ...
 
     def start(self, task: Task) -> None: ...
 
     def cancel(self, task: Task) -> None: ...
-
-    def pick_for_window(self, limit: int) -> list[int] | None: ...
 
     def aggregate(self, tasks: list[Task]) -> None: ...
 
@@ -77,10 +94,6 @@ class ProtocolClock(Protocol):
     def check_stop(self) -> bool: ...
 
     def free(self, task: Task) -> None: ...
-
-    def sample_cohort(self, rule: SyncRules) -> list[int]: ...
-
-    def pick_idle(self) -> int | None: ...
 
     def set_refill(self, refill: Callable[[], None]) -> None: ...
 
@@ -102,11 +115,11 @@ def sync_rounds(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
     late_inbox: list[Task] = []
     while not clock.done.triggered:
         mode = _sync_mode(clock)
-        cohort = clock.sample_cohort(mode)
+        cohort = clock.cohorts.sample(mode, clock.env.now, clock.round, clock.version)
         if mode.deadline_s is not None and mode.late_results == "drop":
             clock.drop_after = clock.env.now + mode.deadline_s  # a stateless client's task finishing later need not run
         everyone = _Barrier(clock.env, len(cohort))
-        quota = clock.cohort_quota
+        quota = clock.cohorts.quota
         enough = _Barrier(clock.env, quota) if quota is not None else None
 
         def on_settle(task: Task, everyone: _Barrier = everyone, enough: _Barrier | None = enough) -> None:
@@ -195,7 +208,7 @@ def _sync_mode(clock: ProtocolClock) -> SyncRules:
 def wait_for_change(clock: ProtocolClock) -> Generator[simpy.Event, Any, None]:
     """Nobody can be dispatched: wait until a busy client is free or some client's
     availability may change; if neither can happen, go on at once (the round closes empty)."""
-    wake = clock.idle.next_change(clock.env.now)
+    wake = clock.cohorts.idle.next_change(clock.env.now)
     events = [t.client_free for t in clock.busy.values()]
     if math.isfinite(wake):
         events.append(clock.env.timeout(wake - clock.env.now))
@@ -255,8 +268,9 @@ class AsyncSlots:
         slots stay empty, wait for the next availability change to fill them."""
         clock = self.clock
         in_flight, concurrency, on_settle = clock.in_flight, int(clock.mode.concurrency), self.on_settle
+        cohorts, now, version = clock.cohorts, clock.env.now, clock.version
         while len(in_flight) < concurrency:
-            client = clock.pick_idle()
+            client = cohorts.pick_idle(now, version)
             if client is None:
                 break
             clock.dispatch(client, on_settle)
@@ -266,7 +280,7 @@ class AsyncSlots:
 
     def _wait_for_availability(self) -> Generator[simpy.Event, Any, None]:
         clock = self.clock
-        wake = clock.idle.next_idle_change(clock.env.now)
+        wake = clock.cohorts.idle.next_idle_change(clock.env.now)
         if math.isfinite(wake):
             yield clock.env.timeout(wake - clock.env.now)
         self.waiting_for_clients = False
@@ -274,84 +288,3 @@ class AsyncSlots:
             self.fill_slots()
         elif not clock.in_flight and not clock.draining:
             clock.finish("no_clients_available")
-
-
-# --------------------------------------------------------------------------- windowed aggregation
-def windowed_rounds(clock: ProtocolClock, window_s: float, late: dict[int, int]) -> Generator[simpy.Event, Any, None]:
-    """Windowed (periodic) aggregation in virtual time, for any asynchronous algorithm;
-    ``clock.round`` counts windows.
-
-    With ``mode: {type: async, aggregation: {window_s: W}}`` the server works in fixed rounds of
-    ``W`` virtual seconds instead of reacting to each arrival:
-
-    * at ``t = 0`` and at every window close ``t = k W`` the server sends its current model to
-      idle, available clients, in client-id order, until ``concurrency`` tasks are in flight
-      (availability is asked with the window index ``k`` as the round, so the
-      ``periodic_missing`` model skips whole windows);
-    * a task arriving at ``t`` belongs to the window ``((k - 1) W, k W]`` that contains it (an
-      arrival exactly at ``k W`` is in window ``k``'s close); its client is idle from then on;
-    * at the close ``k W`` every arrival of the window is handed to the server in **one**
-      ``server_receive`` call, ordered by (arrival time, client id), each with
-      ``staleness = server version now - version it was dispatched with``; a window with
-      arrivals gives one new version, an empty one none.
-
-    So a client whose task takes between ``j W`` and ``(j + 1) W`` seconds, dispatched at a window
-    close, is applied ``j`` windows after the punctual ones: with a new version every window its
-    staleness is exactly ``j``. Stragglers therefore *emerge* from slow devices or links. A task
-    the server gives up on ends at its give-up time and is not applied; its client is
-    dispatched again at a later window close once it is idle.
-
-    With ``aggregation.late_windows`` (``late``: client -> windows, :mod:`fedclock.scheduling.lateness`)
-    the listed clients' results are held back a scripted number of windows instead, whatever their
-    compute; such a client stays busy until its result is applied.
-    """
-    inbox: list[Task] = []
-
-    def on_settle(task: Task) -> None:
-        if task.gives_up_at is not None:
-            clock.give_up(task)
-        else:
-            if not late.get(task.client, 0):
-                clock.free(task)
-            inbox.append(task)
-
-    _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
-    close = clock.env.now
-    while not clock.done.triggered:
-        if clock.server_seconds is None:
-            yield clock.env.timeout(window_s)
-        else:  # windows close every window_s whatever the server step took (at once if it took longer)
-            close += window_s
-            yield clock.env.timeout(max(0.0, close - clock.env.now))
-        yield clock.env.timeout(0)  # let every arrival due at this instant come in first
-        ready = inbox
-        if late:
-            ready, held = split_due(inbox, clock.round, late)
-            for task in ready:  # a scripted-late client was busy until now
-                clock.free(task)
-            inbox = held
-        else:
-            inbox = []
-        due = sorted(ready, key=lambda t: (t.finishes_at, t.client, t.index))
-        for task in due:
-            task.staleness = clock.version - task.version
-        yield from server_step(clock, due)
-        clock.aggregate(due)
-        clock.round += 1
-        if clock.check_stop():
-            return
-        _dispatch_in_id_order(clock, clock.mode.concurrency, on_settle)
-
-
-def _dispatch_in_id_order(clock: ProtocolClock, limit: int, on_settle: Callable[[Task], None]) -> None:
-    """Send the current model to idle, available clients, lowest id first (or the selector's
-    choice, :meth:`~fedclock.scheduling.clock.Clock.pick_for_window`), up to ``limit`` in flight."""
-    if len(clock.in_flight) < limit:
-        chosen = clock.pick_for_window(limit - len(clock.in_flight))
-        if chosen is not None:
-            for client in chosen:
-                clock.dispatch(client, on_settle)
-            return
-    while len(clock.in_flight) < limit and clock.idle.count(clock.env.now, clock.round):
-        clock.dispatch(clock.idle.at(0), on_settle)
-

@@ -1,10 +1,11 @@
 """Who trains: the selection layer (``selection:`` in a scenario file).
 
-The clock asks a :class:`Selector` which idle, available clients get work: a sync round's
-cohort (:meth:`~fedclock.scheduling.clock.Clock.sample_cohort`), an asynchronous free slot
-(:meth:`~fedclock.scheduling.clock.Clock.pick_idle`) and the clients sent the model at a
-window close of windowed aggregation. ``uniform`` (the default) is the clock's own seeded draw
-and changes no number of a run; it is not a :class:`Selector` object (the clock keeps its
+The clock's cohorts (:class:`~fedclock.scheduling.cohorts.Cohorts`) ask a :class:`Selector`
+which idle, available clients get work: a sync round's cohort
+(:meth:`~fedclock.scheduling.cohorts.Cohorts.sample`), an asynchronous free slot
+(:meth:`~fedclock.scheduling.cohorts.Cohorts.pick_idle`) and the clients sent the model at a
+window close of windowed aggregation. ``uniform`` (the default) is the cohorts' own seeded draw
+and changes no number of a run; it is not a :class:`Selector` object (the cohorts keep their
 draw code, so a default run calls the same generator in the same order as before).
 
 **What a selector sees.** Only what a real server could know (:class:`SelectionView`): for

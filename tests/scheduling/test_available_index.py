@@ -138,7 +138,7 @@ def test_unknown_models_are_scanned_and_known_ones_indexed() -> None:
     assert build_index([Always(), Periodic(1)], 0.0) is not None
     for model, gate, mode in CASES:
         clock, _ = make_clock(model, gate, mode)
-        assert isinstance(clock.idle, IdleAvailable), case_id(model, gate, mode)
+        assert isinstance(clock.cohorts.idle, IdleAvailable), case_id(model, gate, mode)
 
 
 def test_diurnal_answer_is_constant_until_its_next_change() -> None:
@@ -158,7 +158,7 @@ class _ScanClock(Clock):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.idle = ScannedIdleClients(self.availability, self.busy)
+        self.cohorts.idle = ScannedIdleClients(self.cohorts.availability, self.busy)
         self.busy.watcher = None
 
 

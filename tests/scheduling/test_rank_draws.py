@@ -78,9 +78,9 @@ def test_an_async_clock_gives_the_same_events_with_batches_as_with_scalar_draws(
         clock, log = build(lognormal_devices(2_000, 7), AsyncMode(type="async", concurrency=40, task_timeout_s=timeout),
                            StopConfig(versions=1_500), sizes=np.random.default_rng(2).integers(20, 200, size=2_000),
                            costs=TaskCosts(20_000, 10_000, lambda n: 10.0 * n), eval_every=100)
-        clock._ranks = RankDraws(numpy_rng(5, Stream.COHORT), max_batch=max_batch)
+        clock.cohorts.ranks = RankDraws(numpy_rng(5, Stream.COHORT), max_batch=max_batch)
         clock.run()
-        return log.rows, _state(clock.rng)
+        return log.rows, _state(clock.cohorts.rng)
 
     (rows, state), (scalar_rows, scalar_state) = run(4096), run(1)
     assert sum(row[0] == "start" for row in rows) > 1_500
