@@ -829,7 +829,8 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     ax.set_xlabel("server version")
     ax.set_ylabel({"personal_accuracy_mean": "mean personalized accuracy (%)",
                    "adapted_accuracy_mean": "mean adapted accuracy (%)",
-                   "update_norm_gain": "update norm gain (mean norm / norm of mean)"}.get(column, "global accuracy (%)"))
+                   "update_norm_gain": "update norm gain (mean norm / norm of mean)"}.get(
+        column, "global accuracy (%)"))
     return _save_claim_plot(fig, ax, c, path)
 
 
