@@ -673,7 +673,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         c = o.claim
         k = c.scale
         b_text = f"`{c.b}`" if c.b is not None else f"ref. {c.reference * k:g}" if c.reference is not None else ""
-        lines.append("| " + " | ".join([
+        lines.append("| " + " | ".join(cell(t) for t in [
             f"{c.id}{' (ablation)' if c.ablation else ''}", f"{c.paper} ({c.source})", _metric_text(c),
             _scoring_text(c), f"`{c.a}`", b_text, _ours(o.a, c), _ours(o.b, c) if o.b is not None else "–",
             _pairing(o), _difference(o), _shown(o.stats.detectable, c) if o.stats is not None else "–",
@@ -687,8 +687,8 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
                       + (f", paper: {table.source}" if table.source else ""), "",
                       f"Setting: {_setting_text(table.setting)}", "",
                       "| field | paper (source) | ours | differs | note |", "|---|---|---|---|---|"]
-            lines += [f"| {r.field} | {r.paper} | {r.ours} | "
-                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {r.note} |"
+            lines += [f"| {cell(r.field)} | {cell(r.paper)} | {cell(r.ours)} | "
+                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {cell(r.note)} |"
                       for r in table.rows]
             lines.append("")
     lines += ["", "## Claims", ""]
@@ -725,6 +725,11 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
             lines += ["", f"![{c.id}]({plots[c.id].name})"]
         lines.append("")
     return "\n".join(lines)
+
+
+def cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a ``|`` of its own (a norm ``||x||``) escaped."""
+    return str(text).replace("|", "\\|")
 
 
 NO_REASON = "*no reason written in the claim set (`why_not:`)*"
