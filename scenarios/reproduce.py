@@ -546,7 +546,8 @@ def is_generated_report(path: Path, report_dir: Path) -> bool:
 def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) -> list[str]:
     """The report's provenance: the commit and whether the tree is clean (with the diff's hash
     and the untracked files when not), and the runs made at another commit (their ``run.json``)
-    with whether the algorithm files differ between that commit and this one."""
+    with the algorithm files that differ between that commit and this one (a reader can see
+    whether the runs use them)."""
     if not state.is_git:
         lines = [f"Source: {state.commit} (not a git checkout: whether it has local changes is unknown)."]
     elif state.clean:
@@ -567,10 +568,14 @@ def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) ->
             lines.append(f"- {len(dirs)} reused run(s) record no commit (made by an older fedclock).")
             continue
         sha = made.removesuffix(" +dirty")
-        differ = provenance.algorithms_differ(state.root, sha, state.commit) if state.root is not None else None
-        words = {True: "its algorithm files (`algorithms/`) differ from this commit's",
-                 False: "same algorithm files (`algorithms/`) as this commit",
-                 None: "whether its algorithm files differ is unknown"}[differ]
+        changes = provenance.algorithm_changes(state.root, sha, state.commit) if state.root is not None else None
+        if changes is None:
+            words = "whether its algorithm files differ is unknown"
+        elif changes:
+            words = ("its algorithm files (`algorithms/`) differ from this commit's in "
+                     + ", ".join(f"`{name}`" for name in changes))
+        else:
+            words = "same algorithm files (`algorithms/`) as this commit"
         dirty = " (from a work tree with changes)" if made.endswith(" +dirty") else ""
         lines.append(f"- {len(dirs)} reused run(s) made at `{sha[:10]}`{dirty}: {words}.")
     if len(lines) > 1:
