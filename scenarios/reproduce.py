@@ -546,7 +546,8 @@ def is_generated_report(path: Path, report_dir: Path) -> bool:
 def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) -> list[str]:
     """The report's provenance: the commit and whether the tree is clean (with the diff's hash
     and the untracked files when not), and the runs made at another commit (their ``run.json``)
-    with whether the algorithm files differ between that commit and this one."""
+    with the algorithm files that differ between that commit and this one (a reader can see
+    whether the runs use them)."""
     if not state.is_git:
         lines = [f"Source: {state.commit} (not a git checkout: whether it has local changes is unknown)."]
     elif state.clean:
@@ -567,10 +568,14 @@ def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) ->
             lines.append(f"- {len(dirs)} reused run(s) record no commit (made by an older fedclock).")
             continue
         sha = made.removesuffix(" +dirty")
-        differ = provenance.algorithms_differ(state.root, sha, state.commit) if state.root is not None else None
-        words = {True: "its algorithm files (`algorithms/`) differ from this commit's",
-                 False: "same algorithm files (`algorithms/`) as this commit",
-                 None: "whether its algorithm files differ is unknown"}[differ]
+        changes = provenance.algorithm_changes(state.root, sha, state.commit) if state.root is not None else None
+        if changes is None:
+            words = "whether its algorithm files differ is unknown"
+        elif changes:
+            words = ("its algorithm files (`algorithms/`) differ from this commit's in "
+                     + ", ".join(f"`{name}`" for name in changes))
+        else:
+            words = "same algorithm files (`algorithms/`) as this commit"
         dirty = " (from a work tree with changes)" if made.endswith(" +dirty") else ""
         lines.append(f"- {len(dirs)} reused run(s) made at `{sha[:10]}`{dirty}: {words}.")
     if len(lines) > 1:
@@ -673,7 +678,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         c = o.claim
         k = c.scale
         b_text = f"`{c.b}`" if c.b is not None else f"ref. {c.reference * k:g}" if c.reference is not None else ""
-        lines.append("| " + " | ".join([
+        lines.append("| " + " | ".join(cell(t) for t in [
             f"{c.id}{' (ablation)' if c.ablation else ''}", f"{c.paper} ({c.source})", _metric_text(c),
             _scoring_text(c), f"`{c.a}`", b_text, _ours(o.a, c), _ours(o.b, c) if o.b is not None else "–",
             _pairing(o), _difference(o), _shown(o.stats.detectable, c) if o.stats is not None else "–",
@@ -687,8 +692,8 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
                       + (f", paper: {table.source}" if table.source else ""), "",
                       f"Setting: {_setting_text(table.setting)}", "",
                       "| field | paper (source) | ours | differs | note |", "|---|---|---|---|---|"]
-            lines += [f"| {r.field} | {r.paper} | {r.ours} | "
-                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {r.note} |"
+            lines += [f"| {cell(r.field)} | {cell(r.paper)} | {cell(r.ours)} | "
+                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {cell(r.note)} |"
                       for r in table.rows]
             lines.append("")
     lines += ["", "## Claims", ""]
@@ -725,6 +730,11 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
             lines += ["", f"![{c.id}]({plots[c.id].name})"]
         lines.append("")
     return "\n".join(lines)
+
+
+def cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a ``|`` of its own (a norm ``||x||``) escaped."""
+    return str(text).replace("|", "\\|")
 
 
 NO_REASON = "*no reason written in the claim set (`why_not:`)*"
@@ -829,7 +839,8 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     ax.set_xlabel("server version")
     ax.set_ylabel({"personal_accuracy_mean": "mean personalized accuracy (%)",
                    "adapted_accuracy_mean": "mean adapted accuracy (%)",
-                   "update_norm_gain": "update norm gain (mean norm / norm of mean)"}.get(column, "global accuracy (%)"))
+                   "update_norm_gain": "update norm gain (mean norm / norm of mean)"}.get(
+        column, "global accuracy (%)"))
     return _save_claim_plot(fig, ax, c, path)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -44,7 +45,7 @@ def _claims(stop_rounds: int = 4) -> dict:
         "family": "tiny", "title": "Tiny", "paper": "none (a test)", "seeds": 3,
         "overrides": {"stop.rounds": stop_rounds},
         "claims": [
-            {"id": "trains", "source": "Table 0", "statement": "training beats no training", "paper": "90 vs 33",
+            {"id": "trains", "source": "Table 0", "statement": "training beats no training", "paper": "||w||: 90 vs 33",
              "scenario": "tiny.yaml", "a": "trained", "b": "frozen", "metric": "final_global",
              "direction": "greater", "plot": True},
             {"id": "same", "source": "Sec. 0", "statement": "a run equals itself", "paper": "-",
@@ -83,6 +84,8 @@ def test_tiny_family_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     rows = [line for line in text.splitlines() if line.startswith(("| trains", "| same", "| cell"))]
     assert len(rows) == 3
     assert f"| **{HOLDS}** |" in rows[0] and f"| *{IDENTICAL}* |" in rows[1]
+    # a cell's own "|" is escaped: every row has the header's 14 cells
+    assert all(len(re.split(r"(?<!\\)\|", row)) == 16 for row in rows) and "\\|\\|w\\|\\|: 90 vs 33" in rows[0]
     assert "| – | – | *identical" in rows[1]  # no interval, no detectable difference
     assert rows[1].endswith("| – | – |")  # no size, no Holm p-value
     assert f"| {scoring('final_global')} |" in rows[0] and "| paired |" in rows[0]
