@@ -63,6 +63,8 @@ KEEP = 2
 
 FORMAT = 1
 HASHES_FILE = "hashes.json"
+CHECKPOINTS_DIR = "checkpoints"
+"""The folder of a run's checkpoints."""
 
 
 def fingerprint(resolved: dict[str, Any]) -> str:
@@ -73,7 +75,7 @@ def fingerprint(resolved: dict[str, Any]) -> str:
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
+    return run_dir / CHECKPOINTS_DIR
 
 
 def _tensors(prefix: str, values: Tensors | None, what: str, out: dict[str, torch.Tensor]) -> None:

@@ -239,8 +239,9 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if resume:
         checkpoint = _usable_checkpoint(out_dir, mark, on_note)
         if checkpoint is None:
-            raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes "
-                                  f"them with output.checkpoint_every: N)")
+            raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes them "
+                                  f"with output.checkpoint_every: N); a run stopped before its first checkpoint has "
+                                  f"nothing to go on from: run it again with --overwrite")
     for attempt in range(MAX_SERVER_RESTARTS + 1):
         try:  # the clock, then what still reads the server's state after it
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,

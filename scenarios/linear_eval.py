@@ -195,9 +195,12 @@ def _personal_summary(client_rows: list[dict[str, Any]], names: list[str]) -> li
     return rows
 
 
+LINEAR_EVAL_FILE = "linear_eval.parquet"
+
+
 def write_linear_eval(rows: list[dict[str, Any]], out_dir: Path) -> Path:
     """Write the rows to ``out_dir/linear_eval.parquet``; return the path."""
-    path = out_dir / "linear_eval.parquet"
+    path = out_dir / LINEAR_EVAL_FILE
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     pq.write_table(table, path)

@@ -44,7 +44,7 @@ import yaml
 from fedclock.scenarios.participation import Participation
 from fedclock.scenarios.schema import Scenario
 from fedclock.scenarios.selection_config import selection_dict
-from fedclock.scenarios.tensorboard import TensorBoardScalars
+from fedclock.scenarios.tensorboard import TENSORBOARD_DIR, TensorBoardScalars
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Task
 
 EVENTS_SCHEMA = pa.schema([
@@ -93,6 +93,12 @@ TIMELINE_SCHEMA = pa.schema([
     ("time", pa.float64()), ("version", pa.int64()), ("round", pa.int64()), ("event", pa.int64()),
     ("type", pa.string()), ("num_clients", pa.int64()), ("clients", pa.list_(pa.int64())), ("detail", pa.string()),
 ])
+
+
+TABLES = ("events", "metrics", "clients", "timeline", "client_metrics")
+"""Every table a run writes, as ``<name>.parquet`` (:class:`ResultsWriter`)."""
+RESOLVED_FILE = "scenario.resolved.yaml"
+"""The run's scenario with every default filled in (:func:`resolved_dict`)."""
 
 
 class RowsColumn:
@@ -323,7 +329,7 @@ class ResultsWriter:
         files on disk left as they are, until :meth:`resume_rows`."""
         out_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
-            (out_dir / "scenario.resolved.yaml").write_text(
+            (out_dir / RESOLVED_FILE).write_text(
                 yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
         self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA, journal=True)
         self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA, journal=True)
@@ -351,7 +357,7 @@ class ResultsWriter:
         """TensorBoard scalars (``output.tensorboard``); when resuming, opened by :meth:`resume_rows`."""
         self._wants_tensorboard = scenario.output.tensorboard
         if not resume:
-            self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if self._wants_tensorboard else None
+            self.tensorboard = TensorBoardScalars(out_dir / TENSORBOARD_DIR) if self._wants_tensorboard else None
             self.flush()
 
     @property
@@ -483,7 +489,7 @@ class ResultsWriter:
             if name == "metrics":
                 kept_versions = [int(v) for v in kept["version"]]
         if self._wants_tensorboard:  # scalars past the checkpoint's evaluations are written again
-            self.tensorboard = TensorBoardScalars(self.out_dir / "tensorboard",
+            self.tensorboard = TensorBoardScalars(self.out_dir / TENSORBOARD_DIR,
                                                   purge_from=kept_versions[-1] + 1 if kept_versions else 0)
         self.muted = False
         self.flush()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pyarrow as pa
 import yaml
 
-from fedclock.scenarios.results import read_rows
+from fedclock.scenarios.results import RESOLVED_FILE, read_rows
 from fedclock.scenarios.runstatus import read_status
 
 if TYPE_CHECKING:
@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 METRICS_FILE = "metrics.parquet"
 EVENTS_FILE = "events.parquet"
 CLIENTS_FILE = "clients.parquet"
-RESOLVED_FILE = "scenario.resolved.yaml"
 CLIENT_METRICS_FILE = "client_metrics.parquet"
+PLOTS_DIR = "plots"
+"""Where ``fedclock plot DIR`` writes its figures by default (``DIR/plots``)."""
+COMPARE_FILES = ("compare.parquet", "compare.csv")
+"""What ``fedclock compare`` writes (into DIR by default)."""
 SEED_DIR_PREFIX = "seed_"
 """Name prefix of the directory of one seed of a run (``fedclock run`` with ``seeds:``)."""
 _SEED_DIR = re.compile(rf"^{SEED_DIR_PREFIX}(\d+)$")
