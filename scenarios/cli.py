@@ -48,6 +48,7 @@ from fedclock.scenarios.rundirs import ResultsError
 from fedclock.scenarios.runstatus import FolderInUse, read_status
 from fedclock.scenarios.schema import Scenario
 from fedclock.scenarios.summary_file import write_summary
+from fedclock.scheduling.selection import SelectorError
 
 EXIT_USAGE = 2
 
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -
             return _run_grid(suite, args)
         return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite, ray_start=ray_start)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, CheckpointError, PluginError,
-            ClaimError, FolderInUse) as exc:
+            ClaimError, FolderInUse, SelectorError) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:

@@ -422,9 +422,10 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
     from fedclock.scenarios.loader import ScenarioError, one_line
     from fedclock.scenarios.plugins import PluginError
     from fedclock.scenarios.runstatus import FolderInUse
+    from fedclock.scheduling.selection import SelectorError
 
     explained = (ScenarioError, DatasetError, ResourceError, CheckpointError, PluginError, ClaimError, FolderInUse,
-                 UnknownAlgorithm, ActorLost, OutputError, Interrupted)
+                 UnknownAlgorithm, ActorLost, OutputError, Interrupted, SelectorError)
     text = str(exc.args[0]) if isinstance(exc, UnknownAlgorithm) and exc.args else str(exc)
     line = one_line(text) if isinstance(exc, explained) else f"{type(exc).__name__}: {one_line(text)}"
     detail = "" if isinstance(exc, explained) else "".join(traceback.format_exception(exc))

@@ -144,3 +144,12 @@ def test_validate_help_says_it_runs_the_files_code(capsys: pytest.CaptureFixture
     assert main(["validate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "which runs its code" in text and "--no-import" in text and "import nothing" in text
+
+
+@pytest.mark.parametrize("value", ["true", "false", "3.5", "'3'"])
+def test_num_clients_in_a_file_is_a_strict_whole_number(tmp_path: Path, value: str) -> None:
+    """``population: {num_clients: true}`` in a file was taken as 1 client (a bool is an int
+    to lax validation); now it is refused in one line naming the field."""
+    file = tmp_path / "s.yaml"
+    file.write_text(BASE.replace("num_clients: 3", f"num_clients: {value}"))
+    one_line_error(["validate", str(file)], "population.num_clients", "integer")
