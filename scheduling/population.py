@@ -41,7 +41,7 @@ class ClientOverride(StrictModel):
 
 
 class PopulationConfig(StrictModel):
-    num_clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS, strict=True)] = 10
+    num_clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS)] = 10
     devices: DeviceDistributions = Field(default_factory=DeviceDistributions)
     device_mix: dict[str, Fraction] = Field(
         default_factory=dict, description="device classes from the library by fraction of clients, in client-id "

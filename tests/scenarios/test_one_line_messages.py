@@ -146,10 +146,13 @@ def test_validate_help_says_it_runs_the_files_code(capsys: pytest.CaptureFixture
     assert "which runs its code" in text and "--no-import" in text and "import nothing" in text
 
 
-@pytest.mark.parametrize("value", ["true", "false", "3.5", "'3'"])
-def test_num_clients_in_a_file_is_a_strict_whole_number(tmp_path: Path, value: str) -> None:
-    """``population: {num_clients: true}`` in a file was taken as 1 client (a bool is an int
-    to lax validation); now it is refused in one line naming the field."""
+@pytest.mark.parametrize("where", ["file", "runs"])
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_num_clients_true_in_a_file_is_refused(tmp_path: Path, value: str, where: str) -> None:
+    """``population: {num_clients: true}`` (the issue found it taken as 1 client at an older
+    commit): refused in one line naming the field, in the file and in a run of ``runs:``."""
     file = tmp_path / "s.yaml"
-    file.write_text(BASE.replace("num_clients: 3", f"num_clients: {value}"))
-    one_line_error(["validate", str(file)], "population.num_clients", "integer")
+    text = BASE.replace("num_clients: 3", f"num_clients: {value}") if where == "file" else \
+        BASE + f"runs:\n- {{name: a, population: {{num_clients: {value}}}}}\n"
+    file.write_text(text)
+    one_line_error(["validate", str(file)], "population.num_clients: must be a number")
