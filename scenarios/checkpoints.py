@@ -61,14 +61,13 @@ import torch
 from fedclock.actors.checkpoint import Checkpoint, CheckpointError, RunningTask
 from fedclock.algorithms.base import ServerState, Tensors
 from fedclock.scenarios.results import fsync
+from fedclock.scenarios.runfiles import CHECKPOINTS_DIR
 
 KEEP = 2
 """How many checkpoints a run keeps (the newest ones)."""
 
 FORMAT = 1
 HASHES_FILE = "hashes.json"
-CHECKPOINTS_DIR = "checkpoints"
-"""The folder of a run's checkpoints."""
 
 
 def fingerprint(resolved: dict[str, Any]) -> str:

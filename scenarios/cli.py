@@ -383,7 +383,8 @@ def _only_seeds(suite: Suite, seeds: Sequence[int]) -> Suite:
 
 def _plot(directory: Path, out: Path | None, max_clients: int) -> int:
     from fedclock.scenarios.plots import plot_runs
-    from fedclock.scenarios.rundirs import PLOTS_DIR, find_runs
+    from fedclock.scenarios.rundirs import find_runs
+    from fedclock.scenarios.runfiles import PLOTS_DIR
 
     if max_clients < 1:
         raise UsageError(f"--max-clients: must be at least 1 (got {max_clients})")

@@ -53,7 +53,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from fedclock.scenarios.rundirs import COMPARE_FILES, ResultsError, RunResults
+from fedclock.scenarios.rundirs import ResultsError, RunResults
+from fedclock.scenarios.runfiles import COMPARE_FILES
 
 APPLIED = "applied"
 DROPPED = "dropped"

@@ -37,6 +37,7 @@ from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpo
                                             usable_checkpoint, write_checkpoint)
 from fedclock.scenarios.participation import Participation
 from fedclock.scenarios.results import ClientEvents, ResultsWriter, RowsColumn, TablesOnDisk, resolved_dict
+from fedclock.scenarios.runfiles import PRIVACY_FILE
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import Scenario
@@ -130,8 +131,6 @@ def describe_availability(scenario: Scenario) -> list[str]:
 
 MAX_SERVER_RESTARTS = 3
 """How many times one run restarts from its last checkpoint after losing the server actor."""
-PRIVACY_FILE = "privacy.json"
-"""A ``privacy:`` run's accounting rule and why it applies (:meth:`Accounting.record`)."""
 
 
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,

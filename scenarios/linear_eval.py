@@ -56,6 +56,7 @@ from fedclock.algorithms.linear_eval import train_probe
 from fedclock.algorithms.ssl import features_of
 from fedclock.scenarios.domains import ALL_DOMAINS
 from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.runfiles import LINEAR_EVAL_FILE
 from fedclock.scenarios.schema import LinearEvalConfig
 from fedclock.scheduling.rng import Stream, torch_rng
 
@@ -193,9 +194,6 @@ def _personal_summary(client_rows: list[dict[str, Any]], names: list[str]) -> li
                  "num_train": int(sum(r["num_train"] for r in client_rows)),
                  "num_test": int(sum(r["num_test"] for r in client_rows))})
     return rows
-
-
-LINEAR_EVAL_FILE = "linear_eval.parquet"
 
 
 def write_linear_eval(rows: list[dict[str, Any]], out_dir: Path) -> Path:

@@ -44,9 +44,10 @@ import pyarrow.parquet as pq
 import yaml
 
 from fedclock.scenarios.participation import Participation
+from fedclock.scenarios.runfiles import PARTS_SUFFIX, RESOLVED_FILE, TENSORBOARD_DIR
 from fedclock.scenarios.schema import Scenario
 from fedclock.scenarios.selection_config import selection_dict
-from fedclock.scenarios.tensorboard import TENSORBOARD_DIR, TensorBoardScalars
+from fedclock.scenarios.tensorboard import TensorBoardScalars
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Task
 
 EVENTS_SCHEMA = pa.schema([
@@ -95,12 +96,6 @@ TIMELINE_SCHEMA = pa.schema([
     ("time", pa.float64()), ("version", pa.int64()), ("round", pa.int64()), ("event", pa.int64()),
     ("type", pa.string()), ("num_clients", pa.int64()), ("clients", pa.list_(pa.int64())), ("detail", pa.string()),
 ])
-
-
-TABLES = ("events", "metrics", "clients", "timeline", "client_metrics")
-"""Every table a run writes, as ``<name>.parquet`` (:class:`ResultsWriter`)."""
-RESOLVED_FILE = "scenario.resolved.yaml"
-"""The run's scenario with every default filled in (:func:`resolved_dict`)."""
 
 
 class RowsColumn:
@@ -374,7 +369,7 @@ JOURNALED = ("events", "metrics", "timeline", "client_metrics")
 
 def parts_dir(path: Path) -> Path:
     """Where the part files of the table at ``path`` go (``events.parquet`` → ``events.parts``)."""
-    return path.with_name(path.stem + ".parts")
+    return path.with_name(path.stem + PARTS_SUFFIX)
 
 
 def read_rows(path: Path) -> pa.Table:

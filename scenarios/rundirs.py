@@ -28,10 +28,6 @@ METRICS_FILE = "metrics.parquet"
 EVENTS_FILE = "events.parquet"
 CLIENTS_FILE = "clients.parquet"
 CLIENT_METRICS_FILE = "client_metrics.parquet"
-PLOTS_DIR = "plots"
-"""Where ``fedclock plot DIR`` writes its figures by default (``DIR/plots``)."""
-COMPARE_FILES = ("compare.parquet", "compare.csv")
-"""What ``fedclock compare`` writes (into DIR by default)."""
 SEED_DIR_PREFIX = "seed_"
 """Name prefix of the directory of one seed of a run (``fedclock run`` with ``seeds:``)."""
 _SEED_DIR = re.compile(rf"^{SEED_DIR_PREFIX}(\d+)$")

@@ -1,11 +1,11 @@
 """What a run writes into its folder, by name: the entries ``--overwrite`` may delete.
 
-Each name is the constant of the module that writes the entry (the result tables and the
-resolved scenario, :mod:`fedclock.scenarios.results`; ``run.json``,
+The names are defined here and every module that writes one takes it from here (the result
+tables and the resolved scenario, :mod:`fedclock.scenarios.results`; ``run.json``,
 :mod:`fedclock.scenarios.runstatus`; checkpoints, :mod:`fedclock.scenarios.checkpoints`;
 TensorBoard scalars, CKA, diagnostics, linear evaluation and privacy files; what ``fedclock
-plot`` and ``fedclock compare`` write into a run folder by default,
-:mod:`fedclock.scenarios.rundirs`), and with them the temporary names their atomic writes
+plot`` and ``fedclock compare`` write into a run folder by default), so a writer cannot
+write a name this list lacks without a test noticing; and with them the temporary names their atomic writes
 use (``<file>.tmp``, ``.run.json.*.tmp``) and what a folder of the run holds (a table's
 ``<table>.parts/`` part files, a checkpoint's ``<version>/``, ``.tmp-<version>/`` and
 ``.old-<version>/``, TensorBoard's event files, PNG figures). A test runs a run that writes
@@ -23,25 +23,39 @@ from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
 """What an atomic write appends to the name it writes first (then renames)."""
+STATUS_FILE = "run.json"
+"""How the run ended (:mod:`fedclock.scenarios.runstatus`)."""
+RESOLVED_FILE = "scenario.resolved.yaml"
+"""The run's scenario with every default filled in (:func:`fedclock.scenarios.results.resolved_dict`)."""
+TABLES = ("events", "metrics", "clients", "timeline", "client_metrics")
+"""Every table a run writes, as ``<name>.parquet`` (:class:`fedclock.scenarios.results.ResultsWriter`)."""
+PARTS_SUFFIX = ".parts"
+"""A table's part files go in ``<table>.parts/`` (:func:`fedclock.scenarios.results.parts_dir`)."""
+CHECKPOINTS_DIR = "checkpoints"
+"""The folder of a run's checkpoints (:mod:`fedclock.scenarios.checkpoints`)."""
+TENSORBOARD_DIR = "tensorboard"
+"""TensorBoard scalars (:mod:`fedclock.scenarios.tensorboard`)."""
+CKA_FILE = "cka.parquet"
+"""CKA analysis (:mod:`fedclock.scenarios.analysis`)."""
+DIAGNOSTICS_FILE = "diagnostics.parquet"
+"""An algorithm's diagnostics (:mod:`fedclock.scenarios.diagnostics`)."""
+LINEAR_EVAL_FILE = "linear_eval.parquet"
+"""Linear evaluation of self-supervised runs (:mod:`fedclock.scenarios.linear_eval`)."""
+PRIVACY_FILE = "privacy.json"
+"""A ``privacy:`` run's accounting rule (:mod:`fedclock.scenarios.experiment`)."""
+PLOTS_DIR = "plots"
+"""Where ``fedclock plot DIR`` writes its figures by default (``DIR/plots``)."""
+COMPARE_FILES = ("compare.parquet", "compare.csv")
+"""What ``fedclock compare`` writes (into DIR by default)."""
 
 
 def run_files() -> tuple[frozenset[str], dict[str, re.Pattern[str]]]:
     """The files a run writes into its folder (with their temporary names), and the folders
     it writes with a pattern every entry inside them matches."""
-    from fedclock.scenarios.analysis import CKA_FILE
-    from fedclock.scenarios.checkpoints import CHECKPOINTS_DIR
-    from fedclock.scenarios.diagnostics import DIAGNOSTICS_FILE
-    from fedclock.scenarios.experiment import PRIVACY_FILE
-    from fedclock.scenarios.linear_eval import LINEAR_EVAL_FILE
-    from fedclock.scenarios.results import RESOLVED_FILE, TABLES, parts_dir
-    from fedclock.scenarios.rundirs import COMPARE_FILES, PLOTS_DIR
-    from fedclock.scenarios.runstatus import STATUS_FILE
-    from fedclock.scenarios.tensorboard import TENSORBOARD_DIR
-
     files = {f"{t}.parquet" for t in TABLES} | {RESOLVED_FILE, STATUS_FILE, PRIVACY_FILE, CKA_FILE, DIAGNOSTICS_FILE,
                                                  LINEAR_EVAL_FILE, *COMPARE_FILES}
     files |= {name + TMP_SUFFIX for name in files}
-    folders = {parts_dir(Path(f"{t}.parquet")).name: re.compile(r"\d{12}\.parquet(\.tmp)?") for t in TABLES}
+    folders = {f"{t}{PARTS_SUFFIX}": re.compile(r"\d{12}\.parquet(\.tmp)?") for t in TABLES}
     folders[CHECKPOINTS_DIR] = re.compile(r"(\.tmp-|\.old-)?\d+")
     folders[TENSORBOARD_DIR] = re.compile(r"events\.out\.tfevents\..+")
     folders[PLOTS_DIR] = re.compile(r".+\.png")

@@ -40,8 +40,8 @@ except ImportError:  # not POSIX
     fcntl = None  # type: ignore[assignment]
 
 from fedclock.scenarios import provenance
+from fedclock.scenarios.runfiles import STATUS_FILE, foreign_entry
 
-STATUS_FILE = "run.json"
 RUNNING, FINISHED, INTERRUPTED, FAILED = "running", "finished", "interrupted", "failed"
 
 
@@ -201,8 +201,6 @@ def claim(run_dir: Path, resume: bool = False, overwrite: bool = False) -> RunSt
 def _empty(run_dir: Path, overwrite: bool) -> None:
     """Delete the earlier run's entries of ``run_dir`` (:mod:`fedclock.scenarios.runfiles`),
     or refuse in one line: a foreign entry (named, kept), no ``overwrite``, a run still running."""
-    from fedclock.scenarios.runfiles import foreign_entry
-
     foreign = foreign_entry(run_dir)
     if foreign is not None:
         raise FolderInUse(f"{run_dir}: the output folder holds {foreign.relative_to(run_dir).as_posix()}, which is "

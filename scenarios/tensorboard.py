@@ -13,9 +13,6 @@ from typing import Any, Mapping
 
 from fedclock.scenarios.loader import ScenarioError
 
-TENSORBOARD_DIR = "tensorboard"
-"""The folder of a run's scalars (``<run dir>/tensorboard/``)."""
-
 TAGS = {
     "global_accuracy": "accuracy/global", "personal_accuracy_mean": "accuracy/personal_mean",
     "personal_accuracy_p10": "accuracy/personal_p10", "personal_accuracy_p90": "accuracy/personal_p90",

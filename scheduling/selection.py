@@ -224,14 +224,14 @@ def checked_choice(chosen: Any, candidates: np.ndarray, k: int, name: str) -> np
     def refuse(why: str) -> SelectorError:
         try:
             shown = np.asarray(chosen, dtype=object).ravel().tolist()[:10]
-        except Exception:  # noqa: BLE001 - whatever it returned, the message still names it
+        except Exception:  # whatever it returned, the message still names it
             shown = type(chosen).__name__
         return SelectorError(f"selector {name!r} must return 1 to {k} distinct client ids (whole numbers) among the "
                              f"{len(candidates)} candidates; {why} (got {shown})")
 
     try:
         raw = np.asarray(chosen)
-    except Exception:  # noqa: BLE001 - a ragged or odd object
+    except Exception:  # a ragged or odd object
         raise refuse("it returned something that is not a list of ids") from None
     if raw.ndim != 1:
         raise refuse(f"it returned a {raw.ndim}-dimensional array")
@@ -243,7 +243,8 @@ def checked_choice(chosen: Any, candidates: np.ndarray, k: int, name: str) -> np
     if out.shape[0] != raw.shape[0]:
         raise refuse("some ids repeat")
     if not np.isin(out, candidates).all():
-        raise refuse(f"{out[~np.isin(out, candidates)][:5].tolist()} are not candidates (busy, unavailable or no client)")
+        strangers = out[~np.isin(out, candidates)][:5].tolist()
+        raise refuse(f"{strangers} are not candidates (busy, unavailable or no client)")
     return out
 
 

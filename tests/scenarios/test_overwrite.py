@@ -98,14 +98,14 @@ def test_two_claims_of_one_folder_at_the_same_moment_one_wins(tmp_path: Path, ov
             finish(folder, first, FINISHED, "versions")
         barrier, results = threading.Barrier(2), []
 
-        def take() -> None:
+        def take(barrier: threading.Barrier, results: list[object], folder: Path) -> None:
             barrier.wait()
             try:
                 results.append(claim(folder, overwrite=overwrite))
             except FolderInUse as exc:
                 results.append(exc)
 
-        threads = [threading.Thread(target=take) for _ in range(2)]
+        threads = [threading.Thread(target=take, args=(barrier, results, folder)) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
