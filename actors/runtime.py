@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -88,6 +88,9 @@ class Runtime:
         else:
             self.transport = InlineTransport()
         self._federation = HeldObject(self.transport)
+        self.on_note: Callable[[str], None] | None = None
+        """Told, once, what the start of a local Ray ended of a killed run's Ray
+        (:func:`fedclock.actors.ray_processes.end_leftovers`; the command prints it as a note)."""
 
     def _start(self, prestart: tuple[RuntimeConfig, int] | None) -> None:
         """The background thread: wait for Ray, then start the first run's actors (if
@@ -104,6 +107,7 @@ class Runtime:
                 if count * cfg.num_cpus <= cpus + 1e-9:
                     self._executors(cfg, count)
                     self._server_actor(cfg)
+                    self._ray.remember()  # the actors' processes too
         except BaseException as exc:  # handed to the caller by _ready()
             self._start_error = exc
         self._started.set()
@@ -173,6 +177,10 @@ class Runtime:
                 evaluation_batch: int, personalized: bool, adapted: AdaptedEvaluation | None = None) -> "Session":
         """Prepare the actors for one run and return its backend (``adapted``: ``evaluation.adapted``)."""
         self._ready()
+        if self._ray is not None and self._ray.note is not None:  # what Ray's start ended of a killed run's
+            note, self._ray.note = self._ray.note, None
+            if self.on_note is not None:
+                self.on_note(note)
         count = default_num_actors(cfg, federation.num_clients, self.cpus)
         if self.backend == "ray" and count * cfg.num_cpus > self.cpus + 1e-9:
             raise ResourceError(
@@ -203,6 +211,8 @@ class Runtime:
             t.get(t.call(server, "setup", alg_h, seed))
         placement = cfg.placement or ("dedicated" if count == federation.num_clients and cfg.vectorize == 1
                                       else "pooled")
+        if self._ray is not None:
+            self._ray.remember()  # the processes of the actors started since (a killed run's are ended)
         calls = ActorCalls(t, server, executors, respawn=lambda slot: self._respawn(cfg, slot, setup))
         launcher = _launcher(calls, cfg, placement, federation.num_clients)
         return Session(calls, launcher, ClientStates(launcher.run_now),
