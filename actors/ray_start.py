@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from fedclock.actors.ray_processes import children, end, end_leftovers, forget, remember, with_descendants
 
@@ -124,9 +124,13 @@ class RayStart:
             error, self._error = self._error, None
             raise error
 
-    def remember(self) -> None:
+    def remember(self, on_note: Callable[[str], None] | None = None) -> None:
         """List the local Ray's processes as they are now (:func:`fedclock.actors.ray_processes.remember`;
-        called again once the actors run, whose processes the raylet started since)."""
+        called again once the actors run, whose processes the raylet started since), and hand
+        ``on_note`` what the start ended of a killed run's Ray (once)."""
+        if on_note is not None and self.note is not None:
+            note, self.note = self.note, None
+            on_note(note)
         if self._started_ray and self.address is None and self._done.is_set():
             try:
                 remember(self._daemons)

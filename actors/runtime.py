@@ -12,6 +12,7 @@ parallel processes and across a cluster.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -50,8 +51,8 @@ class Runtime:
     one given as ``ray_start``, started earlier by the caller), so that the caller can load
     the first run's data meanwhile; with ``prestart`` (the first run's runtime settings and
     number of clients) a second thread then creates that run's executors and server actor,
-    whose processes boot (import PyTorch, ...) while the data are still loading. Every method
-    that needs Ray waits for that thread first and raises what it raised."""
+    whose processes boot (import PyTorch, ...) while the data still load. Every method that
+    needs Ray waits for that thread first and raises what it raised."""
 
     def __init__(self, backend: str = "ray", address: str | None = None,
                  prestart: tuple[RuntimeConfig, int] | None = None, py_modules: Sequence[str] = (),
@@ -88,9 +89,7 @@ class Runtime:
         else:
             self.transport = InlineTransport()
         self._federation = HeldObject(self.transport)
-        self.on_note: Callable[[str], None] | None = None
-        """Told, once, what the start of a local Ray ended of a killed run's Ray
-        (:func:`fedclock.actors.ray_processes.end_leftovers`; the command prints it as a note)."""
+        self.on_note: Callable[[str], None] | None = None  # told what Ray's start ended of a killed run's
 
     def _start(self, prestart: tuple[RuntimeConfig, int] | None) -> None:
         """The background thread: wait for Ray, then start the first run's actors (if
@@ -107,7 +106,6 @@ class Runtime:
                 if count * cfg.num_cpus <= cpus + 1e-9:
                     self._executors(cfg, count)
                     self._server_actor(cfg)
-                    self._ray.remember()  # the actors' processes too
         except BaseException as exc:  # handed to the caller by _ready()
             self._start_error = exc
         self._started.set()
@@ -150,9 +148,8 @@ class Runtime:
     def _new_executor(self, cfg: RuntimeConfig) -> Any:
         import ray
 
-        remote = ray.remote(RayClientExecutor).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
-                                                       runtime_env=self.runtime_env or None)
-        return remote.remote(cfg.threads_per_actor)
+        return ray.remote(RayClientExecutor).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
+                                                     runtime_env=self.runtime_env or None).remote(cfg.threads_per_actor)
 
     def _respawn(self, cfg: RuntimeConfig, slot: int, setup: tuple[Any, ...]) -> Any:
         """Replace the dead executor at ``slot`` of the pool by a fresh one, set up for the run."""
@@ -177,10 +174,6 @@ class Runtime:
                 evaluation_batch: int, personalized: bool, adapted: AdaptedEvaluation | None = None) -> "Session":
         """Prepare the actors for one run and return its backend (``adapted``: ``evaluation.adapted``)."""
         self._ready()
-        if self._ray is not None and self._ray.note is not None:  # what Ray's start ended of a killed run's
-            note, self._ray.note = self._ray.note, None
-            if self.on_note is not None:
-                self.on_note(note)
         count = default_num_actors(cfg, federation.num_clients, self.cpus)
         if self.backend == "ray" and count * cfg.num_cpus > self.cpus + 1e-9:
             raise ResourceError(
@@ -211,8 +204,8 @@ class Runtime:
             t.get(t.call(server, "setup", alg_h, seed))
         placement = cfg.placement or ("dedicated" if count == federation.num_clients and cfg.vectorize == 1
                                       else "pooled")
-        if self._ray is not None:
-            self._ray.remember()  # the processes of the actors started since (a killed run's are ended)
+        if self._ray is not None:  # list the actors' processes (ray_processes.remember); a note once
+            self._ray.remember(self.on_note)
         calls = ActorCalls(t, server, executors, respawn=lambda slot: self._respawn(cfg, slot, setup))
         launcher = _launcher(calls, cfg, placement, federation.num_clients)
         return Session(calls, launcher, ClientStates(launcher.run_now),
@@ -226,17 +219,13 @@ class Runtime:
             import ray
 
             for a in actors:
-                try:
+                with contextlib.suppress(ValueError):  # already gone
                     ray.kill(a)
-                except ValueError:  # already gone
-                    pass
 
     def close(self) -> None:
         """Stop the actors, and Ray if this runtime started it."""
-        try:
+        with contextlib.suppress(Exception):  # Ray did not start: nothing to stop but what did
             self._ready()
-        except Exception:  # Ray did not start: nothing to stop but what did
-            pass
         self._kill(self._pool + ([self._server] if self._server is not None else []))
         self._pool, self._server, self._pool_shape = [], None, None
         self._federation.release()

@@ -98,29 +98,17 @@ def test_the_ray_of_a_sigkilled_driver_is_ended_by_the_next_start(tmp_path: Path
     assert not [p for p, t, _ in listed if ray_processes._same(p, t) is not None]
 
 
-def test_the_note_reaches_the_command_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runtime hands what Ray's start ended to its ``on_note`` (the command prints it as
-    ``fedclock: note: ...``), once."""
-    from fedclock.actors.runtime import Runtime
+def test_the_note_reaches_the_command_once() -> None:
+    """What the start ended is handed to the runtime's ``on_note`` (the command prints it as
+    ``fedclock: note: ...``) once, at the first session (:meth:`RayStart.remember`)."""
+    import threading
+    from types import SimpleNamespace
 
-    class Started:
-        note: str | None = "ended 2 Ray process(es) ..."
+    from fedclock.actors.ray_start import RayStart
 
-        def remember(self) -> None:
-            pass
-
-    runtime = Runtime("inline")
-    runtime._ray = Started()  # type: ignore[assignment]
+    start = SimpleNamespace(note="ended 2 Ray process(es) ...", _started_ray=False, address=None,
+                            _done=threading.Event())
     heard: list[str] = []
-    runtime.on_note = heard.append
-    from fedclock.scenarios.federation import build_federation
-    from fedclock.scenarios.experiment import make_algorithm
-    from tests.conftest import scenario
-
-    s = scenario()
-    federation = build_federation(s.dataset, s.population.num_clients, s.seed, None)
-    algorithm = make_algorithm(s, federation)
     for _ in range(2):
-        runtime.session(s.runtime, federation, algorithm, 0, 64, False)
-    assert heard == ["ended 2 Ray process(es) ..."]
-    runtime._ray = None
+        RayStart.remember(start, heard.append)  # type: ignore[arg-type]
+    assert heard == ["ended 2 Ray process(es) ..."] and start.note is None
