@@ -43,5 +43,8 @@ class Checkpoint:
     losses: list[float | None] | None = None
     """With a selector that reads reported losses: the ``train_loss`` of every task applied
     so far, in the order applied (None: not logged)."""
+    row_hashes: dict[str, str] | None = None
+    """A digest of the rows of each results table that ``rows`` counts (written by the
+    scenarios layer, which checks the tables on disk against it before resuming; None: not recorded)."""
     wall_time: float = 0.0
     """Wall-clock seconds the run had taken (a resumed run's ``wall_time`` column goes on from it)."""

@@ -25,9 +25,9 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from fedclock.actors.ray_processes import children, end, with_descendants
+from fedclock.actors.ray_processes import children, end, end_leftovers, forget, remember, with_descendants
 
 if TYPE_CHECKING:  # imported for annotations only: this module stays light (see RayStart)
     from fedclock.actors.runtime_config import RuntimeConfig
@@ -94,6 +94,8 @@ class RayStart:
         self._started_ray = False
         self._daemons: list[Any] = []
         """The processes the local Ray start began (GCS, raylet, log monitor, ...)."""
+        self.note: str | None = None
+        """What the start ended of a killed run's Ray (:func:`fedclock.actors.ray_processes.end_leftovers`)."""
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._release = threading.Event()
@@ -103,10 +105,13 @@ class RayStart:
 
     def _run(self) -> None:
         try:
+            if self.address is None:
+                self.note = end_leftovers()  # what a killed run's Ray left: it would compete with this one
             before = {p.pid for p in children()} if self.address is None else set()
             self._started_ray = start_ray(self.address)
             if self._started_ray and self.address is None:  # the daemons this start began: ended by close()
                 self._daemons = [p for p in children() if p.pid not in before]
+                self.remember()
         except BaseException as exc:  # handed to the caller by wait()
             self._error = exc
         self._done.set()
@@ -118,6 +123,19 @@ class RayStart:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+    def remember(self, on_note: Callable[[str], None] | None = None) -> None:
+        """List the local Ray's processes as they are now (:func:`fedclock.actors.ray_processes.remember`;
+        called again once the actors run, whose processes the raylet started since), and hand
+        ``on_note`` what the start ended of a killed run's Ray (once)."""
+        if on_note is not None and self.note is not None:
+            note, self.note = self.note, None
+            on_note(note)
+        if self._started_ray and self.address is None and self._done.is_set():
+            try:
+                remember(self._daemons)
+            except OSError:  # no writable temporary folder: nothing to hand on
+                pass
 
     def close(self) -> None:
         """Shut down the Ray this started (none when Ray ran already, or it failed to start)
@@ -133,6 +151,7 @@ class RayStart:
             started = with_descendants(self._daemons)
             ray.shutdown()
             end(started)
+            forget()
             self._started_ray = False
         self._release.set()
         self._thread.join()

@@ -12,11 +12,12 @@ parallel processes and across a cluster.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -50,8 +51,8 @@ class Runtime:
     one given as ``ray_start``, started earlier by the caller), so that the caller can load
     the first run's data meanwhile; with ``prestart`` (the first run's runtime settings and
     number of clients) a second thread then creates that run's executors and server actor,
-    whose processes boot (import PyTorch, ...) while the data are still loading. Every method
-    that needs Ray waits for that thread first and raises what it raised."""
+    whose processes boot (import PyTorch, ...) while the data still load. Every method that
+    needs Ray waits for that thread first and raises what it raised."""
 
     def __init__(self, backend: str = "ray", address: str | None = None,
                  prestart: tuple[RuntimeConfig, int] | None = None, py_modules: Sequence[str] = (),
@@ -88,6 +89,7 @@ class Runtime:
         else:
             self.transport = InlineTransport()
         self._federation = HeldObject(self.transport)
+        self.on_note: Callable[[str], None] | None = None  # told what Ray's start ended of a killed run's
 
     def _start(self, prestart: tuple[RuntimeConfig, int] | None) -> None:
         """The background thread: wait for Ray, then start the first run's actors (if
@@ -146,9 +148,8 @@ class Runtime:
     def _new_executor(self, cfg: RuntimeConfig) -> Any:
         import ray
 
-        remote = ray.remote(RayClientExecutor).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
-                                                       runtime_env=self.runtime_env or None)
-        return remote.remote(cfg.threads_per_actor)
+        return ray.remote(RayClientExecutor).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
+                                                     runtime_env=self.runtime_env or None).remote(cfg.threads_per_actor)
 
     def _respawn(self, cfg: RuntimeConfig, slot: int, setup: tuple[Any, ...]) -> Any:
         """Replace the dead executor at ``slot`` of the pool by a fresh one, set up for the run."""
@@ -203,6 +204,8 @@ class Runtime:
             t.get(t.call(server, "setup", alg_h, seed))
         placement = cfg.placement or ("dedicated" if count == federation.num_clients and cfg.vectorize == 1
                                       else "pooled")
+        if self._ray is not None:  # list the actors' processes (ray_processes.remember); a note once
+            self._ray.remember(self.on_note)
         calls = ActorCalls(t, server, executors, respawn=lambda slot: self._respawn(cfg, slot, setup))
         launcher = _launcher(calls, cfg, placement, federation.num_clients)
         return Session(calls, launcher, ClientStates(launcher.run_now),
@@ -216,17 +219,13 @@ class Runtime:
             import ray
 
             for a in actors:
-                try:
+                with contextlib.suppress(ValueError):  # already gone
                     ray.kill(a)
-                except ValueError:  # already gone
-                    pass
 
     def close(self) -> None:
         """Stop the actors, and Ray if this runtime started it."""
-        try:
+        with contextlib.suppress(Exception):  # Ray did not start: nothing to stop but what did
             self._ready()
-        except Exception:  # Ray did not start: nothing to stop but what did
-            pass
         self._kill(self._pool + ([self._server] if self._server is not None else []))
         self._pool, self._server, self._pool_shape = [], None, None
         self._federation.release()

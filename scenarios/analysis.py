@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.cka import layer_cka, layer_names, local_model_after_training, supports_local_model
 from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.runfiles import CKA_FILE
 from fedclock.scenarios.schema import CKAAnalysis, Scenario
 from fedclock.scheduling.rng import Stream, torch_rng
 
@@ -39,7 +40,6 @@ ANALYSIS_TASK = 2**40
 
 CKA_SCHEMA = pa.schema([("client", pa.int64()), ("layer", pa.string()), ("layer_index", pa.int64()),
                         ("cka", pa.float64()), ("version", pa.int64()), ("round", pa.int64())])
-CKA_FILE = "cka.parquet"
 
 
 def analysis_problem(algorithm: type[Algorithm], cfg: CKAAnalysis | None) -> str | None:

@@ -185,6 +185,7 @@ def execute(suite: Suite, out: Path | None, resume: bool = False,
     runtime = Runtime(first.backend, first.address, prestart=(first, suite.runs[0].population.num_clients),
                       py_modules=modules_to_ship(suite.runs), ray_start=ray_start)
     summaries = []
+    runtime.on_note = on_note
     costs = CountedCosts()  # counted once per session (fedclock.scenarios.run_costs)
     try:
         for i, scenario in enumerate(suite.runs):

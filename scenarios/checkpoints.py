@@ -11,7 +11,8 @@ A checkpoint is a folder ``<run dir>/checkpoints/<version>/`` holding two files:
 * ``meta.json`` — plain JSON: the server version, the global state's ``extra``, the
   server's receive count, which clients have a kept state, the running tasks (index,
   client, payload number, whether it had a client state), the training metrics of the
-  tasks applied at that moment, the row counts of the results tables, the wall time so
+  tasks applied at that moment, the row counts of the results tables and a digest of those
+  rows (:class:`fedclock.scenarios.results.RowsDigest`), the wall time so
   far, the log of what the clock got from the backend so far (the version each ``apply``
   returned, the metrics each ``evaluate`` returned), and a fingerprint of the scenario
   (without its ``runtime`` and ``output`` sections, which do not change results).
@@ -39,8 +40,11 @@ the folder's ``run.json``, :mod:`fedclock.scenarios.runstatus`); the newest :dat
 that run are kept and no other run's are touched.
 
 Resuming takes the newest *usable* checkpoint (:func:`usable_checkpoint`): one that reads,
-matches its hashes and counts no more rows than the tables on disk hold; each newer one it
-skips is named with the reason.
+matches its hashes, counts no more rows than the tables on disk hold and finds the rows it
+counts as it recorded them (their digest: Parquet's Snappy pages carry no checksum, so a
+flipped byte in a table reads back silently as a wrong value); each newer one it skips is
+named with the reason, the damaged table among it. When none is usable, the resume is refused
+in one line and the tables are left as they are.
 """
 from __future__ import annotations
 
@@ -50,13 +54,14 @@ import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from fedclock.actors.checkpoint import Checkpoint, CheckpointError, RunningTask
 from fedclock.algorithms.base import ServerState, Tensors
 from fedclock.scenarios.results import fsync
+from fedclock.scenarios.runfiles import CHECKPOINTS_DIR
 
 KEEP = 2
 """How many checkpoints a run keeps (the newest ones)."""
@@ -73,7 +78,7 @@ def fingerprint(resolved: dict[str, Any]) -> str:
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
+    return run_dir / CHECKPOINTS_DIR
 
 
 def _tensors(prefix: str, values: Tensors | None, what: str, out: dict[str, torch.Tensor]) -> None:
@@ -104,6 +109,8 @@ def write_checkpoint(run_dir: Path, ckpt: Checkpoint, scenario_fingerprint: str,
         "rows": ckpt.rows, "applies": ckpt.applies, "evaluations": ckpt.evaluations,
         "applied": ckpt.applied, "applied_steps": ckpt.applied_steps, "wall_time": ckpt.wall_time, "run_id": run_id,
     }
+    if ckpt.row_hashes is not None:
+        meta["row_hashes"] = ckpt.row_hashes
     if ckpt.losses is not None:  # a selector reads reported losses (fedclock.scheduling.selection)
         meta["losses"] = ckpt.losses
     root = checkpoint_dir(run_dir)
@@ -232,6 +239,8 @@ def read_checkpoint(folder: Path, scenario_fingerprint: str | None = None) -> Ch
             evaluations=[{str(k): float(v) for k, v in m.items()} for m in meta["evaluations"]],
             applied=applied, applied_steps=[None if v is None else int(v) for v in steps],
             wall_time=float(meta["wall_time"]),
+            row_hashes=None if meta.get("row_hashes") is None else {str(k): str(v) for k, v in
+                                                                    dict(meta["row_hashes"]).items()},
             losses=None if meta.get("losses") is None else [None if v is None else float(v) for v in meta["losses"]])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{folder}/meta.json: malformed ({type(exc).__name__}: {exc})") from None
@@ -243,11 +252,14 @@ def latest_checkpoint(run_dir: Path, scenario_fingerprint: str) -> Checkpoint | 
     return usable_checkpoint(run_dir, scenario_fingerprint)[0]
 
 
-def usable_checkpoint(run_dir: Path, scenario_fingerprint: str,
-                      rows_on_disk: dict[str, int] | None = None) -> tuple[Checkpoint | None, list[str]]:
-    """The newest checkpoint that reads, matches its hashes and (with ``rows_on_disk``, each
-    results table's row count) counts no row the tables lack; and one line per newer
-    checkpoint skipped, saying why. A checkpoint of another scenario is an error."""
+def usable_checkpoint(run_dir: Path, scenario_fingerprint: str, rows_on_disk: dict[str, int] | None = None,
+                      check_rows: Callable[[dict[str, int], dict[str, str] | None], str | None] | None = None
+                      ) -> tuple[Checkpoint | None, list[str]]:
+    """The newest checkpoint that reads, matches its hashes, (with ``rows_on_disk``, each
+    results table's row count) counts no row the tables lack and (with ``check_rows``, told
+    the rows it counts and their digests, :class:`fedclock.scenarios.results.TablesOnDisk`)
+    finds those rows on disk as it recorded them; and one line per newer checkpoint skipped,
+    saying why. A checkpoint of another scenario is an error."""
     root = checkpoint_dir(run_dir)
     skipped: list[str] = []
     for version in reversed(_versions(root)):
@@ -264,6 +276,10 @@ def usable_checkpoint(run_dir: Path, scenario_fingerprint: str,
             name, (have, counted) = sorted(short.items())[0]
             skipped.append(f"checkpoint {version} skipped: it counts {counted} rows of {name}, the table on disk "
                            f"holds {have}")
+            continue
+        problem = check_rows(ckpt.rows, ckpt.row_hashes) if check_rows is not None else None
+        if problem is not None:
+            skipped.append(f"checkpoint {version} skipped: {problem}")
             continue
         return ckpt, skipped
     return None, skipped

@@ -46,9 +46,10 @@ from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, not_impo
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find
 from fedclock.scenarios.results import MetricError
 from fedclock.scenarios.rundirs import ResultsError
-from fedclock.scenarios.runstatus import FolderInUse
+from fedclock.scenarios.runstatus import FolderInUse, read_status
 from fedclock.scenarios.schema import Scenario
 from fedclock.scenarios.summary_file import write_summary
+from fedclock.scheduling.selection import SelectorError
 
 EXIT_USAGE = 2
 
@@ -154,6 +155,8 @@ def _convert_trace(source: Path, target: Path, clients: int | None, until_s: flo
         raise UsageError(f"traces convert --clients: must be >= 1 (got {clients})")
     if until_s is not None and not until_s > 0:
         raise UsageError(f"traces convert --until-s: must be > 0 (got {until_s:g})")
+    if target.is_dir():
+        raise UsageError(f"traces convert: {target}: is a folder, not a file; give the converted trace's file name")
     try:
         print(convert_fedscale(source, target, clients, until_s))
     except TraceError as exc:
@@ -212,8 +215,7 @@ def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -
             return _run_grid(suite, args)
         return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite, ray_start=ray_start)
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, MetricError, CheckpointError,
-            PluginError,
-            ClaimError, FolderInUse) as exc:
+            PluginError, ClaimError, FolderInUse, SelectorError) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownAlgorithm as exc:
@@ -222,6 +224,9 @@ def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -
     except (ActorLost, OutputError, TaskHung) as exc:  # not the user's mistake, but still one line
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:  # a path the user gave is the wrong kind
+        print(f"fedclock: error: {_wrong_kind(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
@@ -236,6 +241,16 @@ def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _wrong_kind(exc: OSError) -> str:
+    """One line for a path that is a file where a folder is needed (or the other way round)."""
+    where = exc.filename if exc.filename is not None else "a path given"
+    if isinstance(exc, IsADirectoryError):
+        return f"{where}: is a folder, not a file; give a file's path"
+    if isinstance(exc, FileExistsError):
+        return f"{where}: is a file, not a folder; give a folder (or a new name)"
+    return f"{where}: a part of this path is a file, not a folder; give a path below a folder"
 
 
 def _stop_on_sigterm() -> Any:
@@ -253,6 +268,13 @@ def _resume_suite(directory: Path, overrides: list[str]) -> Suite:
     """The one run in a run directory, from its ``scenario.resolved.yaml``."""
     path = directory / "scenario.resolved.yaml"
     if not path.is_file():
+        status = read_status(directory) if directory.is_dir() else None
+        if status is not None and status.status == "running":
+            raise FolderInUse(f"{directory}: the run in this folder is still running (process {status.pid}); stop "
+                              f"it before resuming it")
+        if status is not None:
+            raise CheckpointError(f"--resume {directory}: the run in this folder was {status.status} before its first "
+                                  f"checkpoint; there is nothing to go on from: run it again with --overwrite")
         raise CheckpointError(f"--resume {directory}: no scenario.resolved.yaml there (not a fedclock run directory)")
     return load_suite(path, overrides)
 
@@ -363,6 +385,7 @@ def _only_seeds(suite: Suite, seeds: Sequence[int]) -> Suite:
 def _plot(directory: Path, out: Path | None, max_clients: int) -> int:
     from fedclock.scenarios.plots import plot_runs
     from fedclock.scenarios.rundirs import find_runs
+    from fedclock.scenarios.runfiles import PLOTS_DIR
 
     if max_clients < 1:
         raise UsageError(f"--max-clients: must be at least 1 (got {max_clients})")
@@ -371,7 +394,7 @@ def _plot(directory: Path, out: Path | None, max_clients: int) -> int:
         if run.status not in ("finished", "unknown"):
             print(f"fedclock: note: {run.name}: {one_line(run.status)} (its figures show the results it wrote)",
                   file=sys.stderr)
-    written = plot_runs(runs, out if out is not None else directory / "plots", max_clients=max_clients)
+    written = plot_runs(runs, out if out is not None else directory / PLOTS_DIR, max_clients=max_clients)
     print(f"{len(written)} figure(s) of {len(runs)} run(s) in {written[0].parent}/")
     return 0
 

@@ -54,6 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedclock.scenarios.rundirs import ResultsError, RunResults
+from fedclock.scenarios.runfiles import COMPARE_FILES
 
 APPLIED = "applied"
 DROPPED = "dropped"
@@ -219,7 +220,7 @@ def _totals(run: RunResults) -> dict[str, object]:
 def write_comparison(frame: pd.DataFrame, out_dir: Path) -> tuple[Path, Path]:
     """Write ``compare.parquet`` and ``compare.csv`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    parquet, csv = out_dir / "compare.parquet", out_dir / "compare.csv"
+    parquet, csv = (out_dir / name for name in COMPARE_FILES)
     frame.to_parquet(parquet, index=False)
     frame.to_csv(csv, index=False)
     return parquet, csv

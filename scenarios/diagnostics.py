@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedclock.algorithms.base import Algorithm
-
-DIAGNOSTICS_FILE = "diagnostics.parquet"
+from fedclock.scenarios.runfiles import DIAGNOSTICS_FILE
 
 
 def has_diagnostics(algorithm: Algorithm) -> bool:

@@ -36,7 +36,8 @@ from fedclock.scenarios.linear_eval import averages, linear_evaluation, supports
 from fedclock.scenarios.checkpoints import (Checkpoint, CheckpointError, checkpoint_dir, discard_after, fingerprint,
                                             usable_checkpoint, write_checkpoint)
 from fedclock.scenarios.participation import Participation
-from fedclock.scenarios.results import ClientEvents, ResultsWriter, RowsColumn, resolved_dict, rows_on_disk
+from fedclock.scenarios.results import ClientEvents, ResultsWriter, RowsColumn, TablesOnDisk, resolved_dict
+from fedclock.scenarios.runfiles import PRIVACY_FILE
 from fedclock.scenarios.runstatus import FAILED, FINISHED, INTERRUPTED, claim, finish
 from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import Scenario
@@ -130,8 +131,6 @@ def describe_availability(scenario: Scenario) -> list[str]:
 
 MAX_SERVER_RESTARTS = 3
 """How many times one run restarts from its last checkpoint after losing the server actor."""
-PRIVACY_FILE = "privacy.json"
-"""A ``privacy:`` run's accounting rule and why it applies (:meth:`Accounting.record`)."""
 
 
 def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
@@ -239,8 +238,9 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     if resume:
         checkpoint = _usable_checkpoint(out_dir, mark, on_note)
         if checkpoint is None:
-            raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes "
-                                  f"them with output.checkpoint_every: N)")
+            raise CheckpointError(f"--resume {out_dir}: no checkpoint in {checkpoint_dir(out_dir)} (a run writes them "
+                                  f"with output.checkpoint_every: N); a run stopped before its first checkpoint has "
+                                  f"nothing to go on from: run it again with --overwrite")
     for attempt in range(MAX_SERVER_RESTARTS + 1):
         try:  # the clock, then what still reads the server's state after it
             session, clock, writer, devices, reason = _run_clock(scenario, runtime, out_dir, on_progress, federation,
@@ -292,7 +292,8 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
 def _usable_checkpoint(out_dir: Path, mark: str, on_note: Callable[[str], None] | None) -> Checkpoint | None:
     """The newest checkpoint of ``out_dir`` that is intact and consistent with the tables on
     disk; each one skipped is reported to ``on_note``, with the one taken instead."""
-    checkpoint, skipped = usable_checkpoint(out_dir, mark, rows_on_disk(out_dir))
+    disk = TablesOnDisk(out_dir)
+    checkpoint, skipped = usable_checkpoint(out_dir, mark, disk.rows(), disk.problem)
     if skipped and checkpoint is None:
         raise CheckpointError(f"--resume {out_dir}: no usable checkpoint ({skipped[-1]})")
     for line in skipped:
@@ -306,7 +307,8 @@ def _usable_checkpoint(out_dir: Path, mark: str, on_note: Callable[[str], None] 
 def _save_checkpoint(writer: ResultsWriter, out_dir: Path, ckpt: Checkpoint, mark: str, run_id: str) -> None:
     """Make the rows ``ckpt`` counts durable, then write it (see :mod:`fedclock.scenarios.checkpoints`)."""
     writer.make_durable()
-    write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time), mark, run_id)
+    write_checkpoint(out_dir, replace(ckpt, wall_time=writer.wall_time, row_hashes=writer.row_digests(ckpt.rows)),
+                     mark, run_id)
 
 
 def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,

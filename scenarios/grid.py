@@ -48,7 +48,11 @@ a run slower side by side with the same CPU seconds as alone waited for a CPU
 cache or memory bus (``benchmarks/grid.py`` reports both).
 
 A job that fails does not stop the others: each outcome carries its one-line error, and the
-caller names the failed jobs at the end. With ``unfinished`` a job whose folder says
+caller names the failed jobs at the end. The workers end with the grid: an exception in the
+calling process (Ctrl-C, SIGTERM) sends every worker SIGTERM at once, then waits for them
+together (:data:`STOP_GRACE_S`); a worker's SIGTERM ends its run as interrupted
+(:func:`_stop_worker`), and a worker whose grid's process died (SIGKILL, the OOM killer) sends
+it to itself (:class:`~fedclock.scenarios.grid_workers.ParentWatch`). With ``unfinished`` a job whose folder says
 ``finished`` (:mod:`fedclock.scenarios.runstatus`) is not run again; one that holds a
 checkpoint goes on from it; any other starts over in its folder.
 """
@@ -56,6 +60,8 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -64,7 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fedclock.scenarios.checkpoints import checkpoint_dir
-from fedclock.scenarios.grid_workers import worker_context
+from fedclock.scenarios.grid_workers import ParentWatch, worker_context
 from fedclock.scenarios.runstatus import FINISHED, read_status
 
 from fedclock.actors.runtime import Runtime
@@ -74,7 +80,7 @@ from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.base import Algorithm
 from fedclock.scenarios.federation import Federation
 
-from fedclock.scenarios.experiment import RunSummary, run_scenario
+from fedclock.scenarios.experiment import Interrupted, RunSummary, run_scenario
 from fedclock.scenarios.run_costs import CountedCosts
 
 if TYPE_CHECKING:
@@ -82,6 +88,10 @@ if TYPE_CHECKING:
 
 PROGRESS_EVERY_S = 0.25
 """How often a worker reports a run's progress to the calling process (at most)."""
+STOP_GRACE_S = 3.0
+"""How long a worker told to stop (SIGTERM, its parent's death) may take to record its run as
+interrupted before it ends itself; and how long the grid's process waits for its workers
+after it stopped them."""
 
 @dataclass(frozen=True)
 class Job:
@@ -256,7 +266,8 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
         share = max(1.0, cpus // workers)
         threads = thread_share(cpus, workers)
         env = dict(os.environ)  # as it is now, after Ray's start (worker_loop)
-        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules), threads, env),
+        procs = [context.Process(target=worker_loop, args=(suite, tasks, events, list(py_modules), threads, env,
+                                                           os.getpid()),
                                  name=f"fedclock-job-{w}", daemon=True) for w in range(workers)]
         for p in procs:
             p.start()
@@ -265,17 +276,30 @@ def run_jobs(suite: Suite, plan: Sequence[Outcome], jobs: int, listener: GridLis
         for _ in procs:
             tasks.put(None)
         _collect(pending, procs, events, listener)
-    finally:
+    except BaseException:  # Ctrl-C, SIGTERM, an error: every worker is told at once, then waited for
         for p in procs:
-            p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-                p.join()
+        _join(procs, STOP_GRACE_S + 2.0)
+        raise
+    finally:
+        _join(procs, 10.0)
         if ray_started:
             import ray
 
             ray.shutdown()
     return list(plan)
+
+
+def _join(procs: Sequence[Any], within_s: float) -> None:
+    """Wait for ``procs`` together up to ``within_s`` seconds; kill those still there."""
+    deadline = time.monotonic() + within_s
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _run_here(suite: Suite, pending: Sequence[Outcome], listener: GridListener, py_modules: Sequence[str]) -> None:
@@ -346,13 +370,15 @@ def _collect(pending: Sequence[Outcome], procs: Sequence[Any], events: Any, list
 
 
 def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str], threads: int = 1,
-                env: dict[str, str] | None = None) -> None:
+                env: dict[str, str] | None = None, grid_pid: int | None = None) -> None:
     """A worker process: run jobs from ``tasks`` until ``None``, reporting to ``events``
     (``start``, ``progress``, then ``done`` with the summary, wall and CPU seconds, or
     ``failed`` with the error). ``threads``: its share of the CPUs (:func:`thread_share`).
     ``env``: the calling process's environment when it started the workers, which a worker
     forked from a forkserver (started earlier) takes on, as a spawned one would have it: a
-    local Ray sets its authentication mode there as it starts, and a worker joins with it."""
+    local Ray sets its authentication mode there as it starts, and a worker joins with it.
+    ``grid_pid``: the grid's process; the worker stops its run and ends when that process ends
+    (:class:`~fedclock.scenarios.grid_workers.ParentWatch`, :func:`_stop_worker`)."""
     if env is not None:
         for key in set(os.environ) - set(env):
             del os.environ[key]
@@ -370,11 +396,19 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
 
         os.environ[LOCAL_ONLY_VARIABLE] = "0"
     pid = os.getpid()
+    signal.signal(signal.SIGTERM, _stop_worker)
+    watch = ParentWatch(grid_pid)
     runtime: SharedRuntime | None = None
     costs = CountedCosts()  # counted once per worker, shared by its jobs (fedclock.scenarios.run_costs)
     try:
         while True:
-            item = tasks.get()
+            if watch.gone():
+                events.cancel_join_thread()  # nobody reads them: exit without waiting on the pipe
+                return
+            try:
+                item = tasks.get(timeout=1.0)
+            except queue.Empty:
+                continue
             if item is None:
                 return
             job, address, share = item
@@ -384,23 +418,42 @@ def worker_loop(suite: Suite, tasks: Any, events: Any, py_modules: Sequence[str]
             events.put(("start", pid, job.index))
             wall, cpu = time.perf_counter(), time.process_time()
             try:
-                summary = _run_job(suite, job, runtime, events, pid, costs)
-            except KeyboardInterrupt:
-                events.put(("failed", pid, job.index, "interrupted", ""))
+                summary = _run_job(suite, job, runtime, events, pid, costs, watch)
+            except (KeyboardInterrupt, Interrupted) as exc:
+                events.put(("failed", pid, job.index, str(exc) or "interrupted", ""))
+                if watch.gone():
+                    events.cancel_join_thread()
                 return
             except BaseException as exc:  # reported, and the worker takes the next job
                 events.put(("failed", pid, job.index, *describe_failure(exc)))
             else:
                 events.put(("done", pid, job.index, summary, time.perf_counter() - wall, time.process_time() - cpu))
+    except (KeyboardInterrupt, Interrupted):  # told to stop between jobs
+        events.cancel_join_thread()
     finally:
         if runtime is not None:
             runtime.close()
 
 
-def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int, costs: CountedCosts) -> RunSummary:
+def _stop_worker(signum: int, frame: Any) -> None:
+    """A worker's SIGTERM (the grid's process stopping it, or its death): the run in progress
+    ends as interrupted (its folder says so; ``--unfinished`` goes on from its checkpoint), and
+    a worker still there :data:`STOP_GRACE_S` later ends itself. Once: a second signal during
+    that cleanup is ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    timer = threading.Timer(STOP_GRACE_S, os._exit, (128 + signum,))
+    timer.daemon = True
+    timer.start()
+    raise Interrupted(f"interrupted ({signal.Signals(signum).name})")
+
+
+def _run_job(suite: Suite, job: Job, runtime: Runtime, events: Any, pid: int, costs: CountedCosts,
+             watch: ParentWatch | None = None) -> RunSummary:
     last = [0.0]
 
     def progress(now: float, version: int, in_flight: int, accuracy: float | None) -> None:
+        if watch is not None and watch.gone():  # after each event: where no parent-death signal exists
+            raise Interrupted("interrupted (the grid's process ended)")
         if time.monotonic() - last[0] >= PROGRESS_EVERY_S:
             last[0] = time.monotonic()
             events.put(("progress", pid, job.index, now, version, in_flight, accuracy))
@@ -422,9 +475,10 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
     from fedclock.scenarios.loader import ScenarioError, one_line
     from fedclock.scenarios.plugins import PluginError
     from fedclock.scenarios.runstatus import FolderInUse
+    from fedclock.scheduling.selection import SelectorError
 
     explained = (ScenarioError, DatasetError, ResourceError, CheckpointError, PluginError, ClaimError, FolderInUse,
-                 UnknownAlgorithm, ActorLost, OutputError, Interrupted)
+                 UnknownAlgorithm, ActorLost, OutputError, Interrupted, SelectorError)
     text = str(exc.args[0]) if isinstance(exc, UnknownAlgorithm) and exc.args else str(exc)
     line = one_line(text) if isinstance(exc, explained) else f"{type(exc).__name__}: {one_line(text)}"
     detail = "" if isinstance(exc, explained) else "".join(traceback.format_exception(exc))

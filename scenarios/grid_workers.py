@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.context
+import os
+import signal
 import sys
 
 PRELOAD = ("fedclock.scenarios.grid", "pandas", "torch._dynamo")
@@ -59,3 +61,68 @@ def start_early() -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+PR_SET_PDEATHSIG = 1
+"""Linux's ``prctl`` option: the signal a process gets when the thread that started it ends."""
+
+
+class ParentWatch:
+    """A worker's tie to the grid's process (``grid_pid``; its parent when None): the worker
+    gets ``SIGTERM`` the moment that process ends, however it ends (``SIGKILL``, the OOM
+    killer). Spawned workers are the grid's children, and Linux's parent-death signal
+    (``PR_SET_PDEATHSIG``, through ``ctypes``) delivers it. Forked ones are children of the
+    forkserver, which outlives the grid while a worker holds its pipe's end; for them (and
+    where that signal does not exist) a thread looks at the grid's process every
+    :data:`WATCH_EVERY_S` and sends the signal itself. :meth:`gone` is the same check, made
+    by the worker between the events of its run."""
+
+    def __init__(self, grid_pid: int | None = None) -> None:
+        self.parent = os.getppid()
+        self.grid_pid = grid_pid
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            except (OSError, AttributeError):  # no prctl: the thread alone
+                pass
+        if self.gone():  # it ended before the signal was asked for
+            os.kill(os.getpid(), signal.SIGTERM)
+        import threading
+
+        threading.Thread(target=self._watch, name="fedclock-grid-watch", daemon=True).start()
+
+    def gone(self) -> bool:
+        """Whether the grid's process has ended."""
+        if os.getppid() != self.parent:
+            return True
+        return self.grid_pid is not None and self.grid_pid != self.parent and not running(self.grid_pid)
+
+    def _watch(self) -> None:
+        import time
+
+        while not self.gone():
+            time.sleep(WATCH_EVERY_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+WATCH_EVERY_S = 0.25
+"""How often a worker's thread looks whether the grid's process still runs."""
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (one that ended and was not yet reaped, a zombie, has not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc (not Linux): whether a signal could reach it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True

@@ -56,6 +56,7 @@ from fedclock.algorithms.linear_eval import train_probe
 from fedclock.algorithms.ssl import features_of
 from fedclock.scenarios.domains import ALL_DOMAINS
 from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.runfiles import LINEAR_EVAL_FILE
 from fedclock.scenarios.schema import LinearEvalConfig
 from fedclock.scheduling.rng import Stream, torch_rng
 
@@ -197,7 +198,7 @@ def _personal_summary(client_rows: list[dict[str, Any]], names: list[str]) -> li
 
 def write_linear_eval(rows: list[dict[str, Any]], out_dir: Path) -> Path:
     """Write the rows to ``out_dir/linear_eval.parquet``; return the path."""
-    path = out_dir / "linear_eval.parquet"
+    path = out_dir / LINEAR_EVAL_FILE
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     pq.write_table(table, path)

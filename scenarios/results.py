@@ -30,6 +30,7 @@ table never exists whole in Arrow (readers join the row groups).
 """
 from __future__ import annotations
 
+import hashlib
 import numbers
 import os
 import time
@@ -39,10 +40,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 from fedclock.scenarios.participation import Participation
+from fedclock.scenarios.runfiles import PARTS_SUFFIX, RESOLVED_FILE, TENSORBOARD_DIR
 from fedclock.scenarios.schema import Scenario
 from fedclock.scenarios.selection_config import selection_dict
 from fedclock.scenarios.tensorboard import TensorBoardScalars
@@ -154,6 +157,75 @@ class MetricError(Exception):
     """A reported metric that is not a number (it cannot become a float64 column)."""
 
 
+class RowsDigest:
+    """A SHA-256 of a table's rows, fed a block of rows at a time, that does not depend on how
+    the rows were cut into blocks: each column feeds three running hashes (which rows are
+    null, the values' bytes, the lengths of strings and lists), and the digest hashes the
+    columns' names with their hashes. Fixed-width values go in as their little-endian bytes
+    (floats bit for bit, NaN payloads included); strings as UTF-8 with their lengths; lists as
+    their lengths and their flattened values. Rows read back from Parquet give the digest the
+    rows had when written: a checkpoint records it, and a resume compares (a flipped byte in a
+    Snappy page, which Parquet does not notice, changes a value and so the digest)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.names = list(schema.names)
+        self._hashes: dict[str, list[tuple[Any, Any, Any]]] = {name: [] for name in self.names}
+        """Per column, per nesting level (a list's elements are the next level): the hashes of
+        null flags, values and lengths."""
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        """Feed the rows of ``table`` (same column names), after those fed before."""
+        for name in self.names:
+            for chunk in table.column(name).chunks:
+                _feed(chunk, self._hashes[name], 0)
+        self.rows += table.num_rows
+
+    def hexdigest(self) -> str:
+        """The digest of every row fed so far (feeding may go on)."""
+        total = hashlib.sha256()
+        for name in self.names:
+            total.update(name.encode() + b"\0")
+            for level in self._hashes[name]:
+                for h in level:
+                    total.update(h.digest())
+        total.update(str(self.rows).encode())
+        return total.hexdigest()
+
+
+def _feed(array: pa.Array, levels: list[tuple[Any, Any, Any]], depth: int) -> None:
+    """One column block into the hashes of its nesting level ``depth`` (:class:`RowsDigest`);
+    a level's hashes start with its first value, so empty blocks change nothing."""
+    if len(array) == 0:
+        return
+    if len(levels) <= depth:
+        levels.append((hashlib.sha256(), hashlib.sha256(), hashlib.sha256()))
+    nulls, values, lengths = levels[depth]
+    kind = array.type
+    nulls.update(array.is_null().to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        lengths.update(pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
+                       .astype("<i8").tobytes())
+        _feed(pc.list_flatten(array), levels, depth + 1)
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        data = [b"" if v is None else v.encode() for v in array.to_pylist()]
+        lengths.update(np.fromiter((len(d) for d in data), dtype="<i8", count=len(data)).tobytes())
+        values.update(b"".join(data))
+    elif pa.types.is_boolean(kind):
+        values.update(pc.fill_null(array, False).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
+    else:
+        filled = pc.fill_null(array, pa.scalar(0, type=kind)) if array.null_count else array
+        numbers = np.asarray(filled.to_numpy(zero_copy_only=False))
+        values.update(numbers.astype(numbers.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+def rows_digest(table: pa.Table) -> str:
+    """The :class:`RowsDigest` of every row of ``table``."""
+    digest = RowsDigest(table.schema)
+    digest.add(table)
+    return digest.hexdigest()
+
+
 class Table:
     """Rows of one Parquet file, rewritten atomically on flush; with ``journal``, rows appended
     since the last flush are also written at once as part files (see the module docstring).
@@ -174,6 +246,21 @@ class Table:
         self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
         self._dirty = True
         self._journaled = 0  # rows already on disk, in the main file or in parts
+        self._digest = RowsDigest(schema)
+
+    def digest(self, rows: int) -> str:
+        """The :class:`RowsDigest` of the first ``rows`` rows (fed on from the last call, so a
+        run digests each row once)."""
+        if rows < self._digest.rows:
+            self._digest = RowsDigest(self.schema)
+        if rows > self._digest.rows:
+            self._digest.add(self._arrow(self._digest.rows, rows))
+        return self._digest.hexdigest()
+
+    def restart_digest(self, rows: pa.Table) -> None:
+        """Take ``rows`` (the table's rows, as read back) as already digested."""
+        self._digest = RowsDigest(self.schema)
+        self._digest.add(rows)
 
     @property
     def parts_dir(self) -> Path:
@@ -279,18 +366,38 @@ def fsync(path: Path) -> None:
         os.close(fd)
 
 
-def rows_on_disk(out_dir: Path) -> dict[str, int]:
-    """How many rows each incrementally written table of a run directory holds on disk (as
-    :func:`read_rows` reads them; tables that are not there are left out)."""
-    counts = {}
-    for name in JOURNALED:
-        path = out_dir / f"{name}.parquet"
-        if path.is_file():
-            try:
-                counts[name] = read_rows(path).num_rows
-            except (pa.ArrowException, OSError, ValueError):
-                counts[name] = 0
-    return counts
+class TablesOnDisk:
+    """The incrementally written tables of a run directory as a resume finds them, read once:
+    their row counts and whether the rows a checkpoint counted are the rows it recorded."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.tables: dict[str, pa.Table] = {}
+        self.unreadable: dict[str, str] = {}
+        for name in JOURNALED:
+            path = out_dir / f"{name}.parquet"
+            if path.is_file():
+                try:
+                    self.tables[name] = read_rows(path)
+                except (pa.ArrowException, OSError, ValueError) as exc:
+                    self.unreadable[name] = " ".join(str(exc).split())[:160] or type(exc).__name__
+
+    def rows(self) -> dict[str, int]:
+        """Rows on disk per readable table (:meth:`problem` names one that does not read)."""
+        return {n: t.num_rows for n, t in self.tables.items()}
+
+    def problem(self, rows: dict[str, int], digests: dict[str, str] | None) -> str | None:
+        """Why the tables on disk do not hold the rows a checkpoint counted (``rows``) and
+        recorded (``digests``, None for a checkpoint written without them); None when they do."""
+        for name in sorted(rows):
+            if name in self.unreadable and rows[name] > 0:
+                return f"{name}.parquet does not read ({self.unreadable[name]})"
+            table = self.tables.get(name)
+            if table is None or digests is None or name not in digests:
+                continue
+            if table.num_rows >= rows[name] and rows_digest(table.slice(0, rows[name])) != digests[name]:
+                return (f"the first {rows[name]} rows of {name}.parquet differ from the rows it recorded (the table "
+                        f"was damaged on disk)")
+        return None
 
 
 JOURNALED = ("events", "metrics", "timeline", "client_metrics")
@@ -299,7 +406,7 @@ JOURNALED = ("events", "metrics", "timeline", "client_metrics")
 
 def parts_dir(path: Path) -> Path:
     """Where the part files of the table at ``path`` go (``events.parquet`` → ``events.parts``)."""
-    return path.with_name(path.stem + ".parts")
+    return path.with_name(path.stem + PARTS_SUFFIX)
 
 
 def read_rows(path: Path) -> pa.Table:
@@ -361,7 +468,7 @@ class ResultsWriter:
         files on disk left as they are, until :meth:`resume_rows`."""
         out_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
-            (out_dir / "scenario.resolved.yaml").write_text(
+            (out_dir / RESOLVED_FILE).write_text(
                 yaml.safe_dump(resolved_dict(scenario), sort_keys=False), encoding="utf-8")
         self.events = Table(out_dir / "events.parquet", EVENTS_SCHEMA, journal=True, open_columns=True)
         self.metrics = Table(out_dir / "metrics.parquet", METRICS_SCHEMA, journal=True, open_columns=True)
@@ -389,7 +496,7 @@ class ResultsWriter:
         """TensorBoard scalars (``output.tensorboard``); when resuming, opened by :meth:`resume_rows`."""
         self._wants_tensorboard = scenario.output.tensorboard
         if not resume:
-            self.tensorboard = TensorBoardScalars(out_dir / "tensorboard") if self._wants_tensorboard else None
+            self.tensorboard = TensorBoardScalars(out_dir / TENSORBOARD_DIR) if self._wants_tensorboard else None
             self.flush()
 
     @property
@@ -493,6 +600,11 @@ class ResultsWriter:
         """Rows of each incrementally written table so far (kept in a checkpoint)."""
         return {name: len(table) for name, table in self._journaled()}
 
+    def row_digests(self, rows: dict[str, int]) -> dict[str, str]:
+        """The :class:`RowsDigest` of the first ``rows[name]`` rows of each incrementally
+        written table (kept in a checkpoint beside the counts)."""
+        return {name: table.digest(rows[name]) for name, table in self._journaled() if name in rows}
+
     def make_durable(self) -> None:
         """Put every row appended so far on disk and flush it there (``fsync``): called before
         a checkpoint that counts these rows is written."""
@@ -523,12 +635,14 @@ class ResultsWriter:
             on_disk = read_rows(table.path)
             if on_disk.num_rows < rows[name]:
                 raise ValueError(f"{table.path}: holds {on_disk.num_rows} rows, the checkpoint counted {rows[name]}")
-            kept = on_disk.slice(0, rows[name]).to_pydict()
+            first = on_disk.slice(0, rows[name])
+            kept = first.to_pydict()
             table.replace(kept)
+            table.restart_digest(first)
             if name == "metrics":
                 kept_versions = [int(v) for v in kept["version"]]
         if self._wants_tensorboard:  # scalars past the checkpoint's evaluations are written again
-            self.tensorboard = TensorBoardScalars(self.out_dir / "tensorboard",
+            self.tensorboard = TensorBoardScalars(self.out_dir / TENSORBOARD_DIR,
                                                   purge_from=kept_versions[-1] + 1 if kept_versions else 0)
         self.muted = False
         self.flush()

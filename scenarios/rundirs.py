@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pyarrow as pa
 import yaml
 
-from fedclock.scenarios.results import read_rows
+from fedclock.scenarios.results import RESOLVED_FILE, read_rows
 from fedclock.scenarios.runstatus import read_status
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 METRICS_FILE = "metrics.parquet"
 EVENTS_FILE = "events.parquet"
 CLIENTS_FILE = "clients.parquet"
-RESOLVED_FILE = "scenario.resolved.yaml"
 CLIENT_METRICS_FILE = "client_metrics.parquet"
 SEED_DIR_PREFIX = "seed_"
 """Name prefix of the directory of one seed of a run (``fedclock run`` with ``seeds:``)."""

@@ -13,9 +13,13 @@ made at another commit.
 
 A fresh run takes a folder only when it is empty or absent: a folder holding anything else
 (an earlier run's tables, which ``plot``/``compare`` would read beside the new ones) is
-refused unless the run was told to overwrite it (``--overwrite``), which first empties a
-folder that holds a fedclock run (and refuses one that does not: fedclock deletes only what
-it recognizes as its own). ``--resume DIR`` takes over DIR's own run.
+refused unless the run was told to overwrite it (``--overwrite``), which first deletes the
+earlier run's files: exactly the entries a run writes (:mod:`fedclock.scenarios.runfiles`). A
+folder holding anything else is refused, naming the first such entry, and nothing in it is
+deleted. ``--resume DIR`` takes over DIR's own run. Taking a folder is exclusive: the claim
+holds a lock on the folder while it checks and empties it, and creates ``run.json``
+only where none is (a hard link, atomic), so of two runs taking one folder at the same moment
+one gets it and the other is refused in one line.
 """
 from __future__ import annotations
 
@@ -25,15 +29,20 @@ import shutil
 import socket
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
+
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 from fedclock.scenarios import provenance
+from fedclock.scenarios.runfiles import STATUS_FILE, foreign_entry
 
-STATUS_FILE = "run.json"
 RUNNING, FINISHED, INTERRUPTED, FAILED = "running", "finished", "interrupted", "failed"
-RUN_MARKERS = (STATUS_FILE, "scenario.resolved.yaml", "metrics.parquet")
-"""Files whose presence makes a folder a fedclock run directory (one ``--overwrite`` may empty)."""
 
 
 class FolderInUse(Exception):
@@ -83,39 +92,121 @@ def _alive(pid: int) -> bool:
     return pid > 0
 
 
+STATUS_SIZE = 1024
+"""The bytes ``run.json`` takes on disk (its JSON padded with spaces): the status of a run's end
+can then be written over it in place when the disk is full (:func:`finish`)."""
+
+
+def _status_bytes(status: RunStatus) -> bytes:
+    text = json.dumps(asdict(status), indent=1).encode()
+    return text + b" " * max(0, STATUS_SIZE - len(text)) + b"\n"
+
+
+def _write_tmp(run_dir: Path, status: RunStatus) -> Path:
+    """``status`` in a temporary file of this process alone (removed again if it cannot be written)."""
+    tmp = run_dir / f".{STATUS_FILE}.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_bytes(_status_bytes(status))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def write_status(run_dir: Path, status: RunStatus) -> None:
-    """Write ``run.json`` atomically (temporary file, then rename)."""
+    """Write ``run.json`` atomically (temporary file, then rename; no temporary file is left
+    when the disk refuses it)."""
     status.updated = time.time()
-    tmp = run_dir / f".{STATUS_FILE}.tmp"
-    tmp.write_text(json.dumps(asdict(status), indent=1), encoding="utf-8")
-    os.replace(tmp, run_dir / STATUS_FILE)
+    tmp = _write_tmp(run_dir, status)
+    try:
+        os.replace(tmp, run_dir / STATUS_FILE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _create_status(run_dir: Path, status: RunStatus) -> None:
+    """Create ``run.json`` with ``status`` only if no run.json is there (a hard link of a complete
+    temporary file: exclusive and atomic); another run's is :class:`FolderInUse`."""
+    status.updated = time.time()
+    tmp = _write_tmp(run_dir, status)
+    try:
+        os.link(tmp, run_dir / STATUS_FILE)
+    except FileExistsError:
+        raise FolderInUse(f"{run_dir}: another fedclock run took this folder at the same moment; choose another "
+                          f"folder (--out DIR)") from None
+    except OSError:  # a file system without hard links: an exclusive create, then the content
+        try:
+            fd = os.open(run_dir / STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise FolderInUse(f"{run_dir}: another fedclock run took this folder at the same moment; choose "
+                              f"another folder (--out DIR)") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(_status_bytes(status))
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the folder (``flock`` on its descriptor; released when the
+    process ends, however it ends) while a run takes it: two runs claiming one folder at the
+    same moment take turns, and the second sees the first's ``running``. Where the file system
+    has no locks, the exclusive creation of ``run.json`` still lets only one fresh run in."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def claim(run_dir: Path, resume: bool = False, overwrite: bool = False) -> RunStatus:
     """Take ``run_dir`` for a run (see the module docstring) and mark it ``running``; returns
-    the status written (its ``run_id`` names the run's checkpoints)."""
-    if resume:
-        earlier = read_status(run_dir)
-        if earlier is not None and earlier.status == RUNNING:
-            raise FolderInUse(f"{run_dir}: the run in this folder is still running (process {earlier.pid}); "
-                              f"stop it before resuming it")
-        run_id = earlier.run_id if earlier is not None else ""  # a run by an older fedclock: its checkpoints name none
-    else:
-        run_id = uuid.uuid4().hex
-        if run_dir.is_dir() and any(run_dir.iterdir()):
+    the status written (its ``run_id`` names the run's checkpoints). One line
+    (:class:`FolderInUse`) for a folder that is a file, holds a foreign file, another run or
+    a run still running."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FolderInUse(f"{run_dir}: is a file, not a folder; give a folder for the results (--out DIR)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise FolderInUse(f"{run_dir}: a part of this path is a file, not a folder; give a folder for the results "
+                          f"(--out DIR)") from None
+    with _locked(run_dir):
+        if resume:
+            earlier = read_status(run_dir)
+            if earlier is not None and earlier.status == RUNNING:
+                raise FolderInUse(f"{run_dir}: the run in this folder is still running (process {earlier.pid}); "
+                                  f"stop it before resuming it")
+            run_id = earlier.run_id if earlier is not None else ""  # by an older fedclock: its checkpoints name none
+            status = RunStatus(run_id=run_id, status=RUNNING, pid=os.getpid(), host=socket.gethostname(),
+                               commit=provenance.run_commit())
+            write_status(run_dir, status)
+            return status
+        if any(run_dir.iterdir()):
             _empty(run_dir, overwrite)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    status = RunStatus(run_id=run_id, status=RUNNING, pid=os.getpid(), host=socket.gethostname(),
-                       commit=provenance.run_commit())
-    write_status(run_dir, status)
-    return status
+        status = RunStatus(run_id=uuid.uuid4().hex, status=RUNNING, pid=os.getpid(), host=socket.gethostname(),
+                           commit=provenance.run_commit())
+        _create_status(run_dir, status)
+        return status
 
 
 def _empty(run_dir: Path, overwrite: bool) -> None:
+    """Delete the earlier run's entries of ``run_dir`` (:mod:`fedclock.scenarios.runfiles`),
+    or refuse in one line: a foreign entry (named, kept), no ``overwrite``, a run still running."""
+    foreign = foreign_entry(run_dir)
+    if foreign is not None:
+        raise FolderInUse(f"{run_dir}: the output folder holds {foreign.relative_to(run_dir).as_posix()}, which is "
+                          f"not a file a fedclock run writes; fedclock deletes only its own files: move it away or "
+                          f"choose an empty or new folder (--out DIR or output.dir)")
     earlier = read_status(run_dir)
-    if not any((run_dir / m).exists() for m in RUN_MARKERS):
-        raise FolderInUse(f"{run_dir}: the output folder holds files that are not a fedclock run; choose an empty "
-                          f"or new folder (--out DIR or output.dir)")
     what = f"a {earlier.status} run" if earlier is not None else "an earlier run"
     if not overwrite:
         raise FolderInUse(f"{run_dir}: the output folder holds {what}'s results; give --overwrite to replace them, "
@@ -123,7 +214,7 @@ def _empty(run_dir: Path, overwrite: bool) -> None:
     if earlier is not None and earlier.status == RUNNING:
         raise FolderInUse(f"{run_dir}: the run in this folder is still running (process {earlier.pid}); "
                           f"stop it first or choose another folder")
-    for path in run_dir.iterdir():
+    for path in sorted(run_dir.iterdir(), key=lambda p: p.name == STATUS_FILE):  # run.json last
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
@@ -136,5 +227,20 @@ def finish(run_dir: Path, status: RunStatus, state: str, reason: str) -> None:
     status.status, status.reason = state, " ".join(reason.split())[:300]
     try:
         write_status(run_dir, status)
+    except OSError:
+        _write_in_place(run_dir, status)
+
+
+def _write_in_place(run_dir: Path, status: RunStatus) -> None:
+    """Write ``status`` over ``run.json``'s own bytes (which :data:`STATUS_SIZE` reserved), so a
+    full disk, which refuses a new file, still gets the run's end; best effort (a read-only disk
+    keeps the previous status, which then reads as ``interrupted``)."""
+    data = _status_bytes(status)
+    try:
+        with (run_dir / STATUS_FILE).open("r+b") as f:
+            if len(data) > os.fstat(f.fileno()).st_size:
+                return  # would need new space
+            f.write(data)
+            f.truncate()
     except OSError:
         pass

@@ -214,14 +214,38 @@ class Selector:
         raise NotImplementedError
 
 
+class SelectorError(Exception):
+    """A selector returned something that is not a choice among its candidates (one line
+    naming the selector, what it must return and what it returned)."""
+
+
 def checked_choice(chosen: Any, candidates: np.ndarray, k: int, name: str) -> np.ndarray:
-    """``chosen`` as sorted client ids, after checking it is 1 to ``k`` distinct candidates
-    (a selector's mistake is a ValueError naming it)."""
-    raw = np.asarray(chosen)
+    """``chosen`` as sorted client ids, after checking it is 1 to ``k`` distinct candidates,
+    given as whole numbers (a selector's mistake is a :class:`SelectorError` naming it)."""
+    def refuse(why: str) -> SelectorError:
+        try:
+            shown = np.asarray(chosen, dtype=object).ravel().tolist()[:10]
+        except Exception:  # whatever it returned, the message still names it
+            shown = type(chosen).__name__
+        return SelectorError(f"selector {name!r} must return 1 to {k} distinct client ids (whole numbers) among the "
+                             f"{len(candidates)} candidates; {why} (got {shown})")
+
+    try:
+        raw = np.asarray(chosen)
+    except Exception:  # a ragged or odd object
+        raise refuse("it returned something that is not a list of ids") from None
+    if raw.ndim != 1:
+        raise refuse(f"it returned a {raw.ndim}-dimensional array")
+    if raw.shape[0] and raw.dtype.kind not in "iu":
+        raise refuse(f"its ids are of type {raw.dtype}")
     out = np.unique(raw.astype(np.int64))
-    if raw.ndim != 1 or not 1 <= out.shape[0] == raw.shape[0] <= k or not np.isin(out, candidates).all():
-        raise ValueError(f"selector {name!r} must return 1 to {k} distinct clients among the {len(candidates)} "
-                         f"candidates (got {np.asarray(chosen).tolist()[:10]})")
+    if not 1 <= raw.shape[0] <= k:
+        raise refuse(f"it returned {raw.shape[0]}")
+    if out.shape[0] != raw.shape[0]:
+        raise refuse("some ids repeat")
+    if not np.isin(out, candidates).all():
+        strangers = out[~np.isin(out, candidates)][:5].tolist()
+        raise refuse(f"{strangers} are not candidates (busy, unavailable or no client)")
     return out
 
 

@@ -184,3 +184,57 @@ def assert_same_tables(cluster: Path, local: Path) -> None:
             a, b = a.drop(columns=["wall_time"]), b.drop(columns=["wall_time"])
         assert len(a) > 0
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+KILLER = textwrap.dedent("""\
+    import json, os, signal, sys
+    import ray
+    from fedclock.actors.session import Session
+    from fedclock.scenarios import cli
+
+    killed = []
+    apply = Session.apply
+
+    def where(actor):
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def applying(self, tasks):
+        version = apply(self, tasks)
+        if version == 3 and not killed:  # SIGKILL the executor process on the node the driver is not on
+            head = ray.get_runtime_context().get_node_id()
+            found = ray.get([e.__ray_call__.remote(where) for e in self.executors])
+            node, pid = next((n, p) for n, p in found if n != head)
+            os.kill(pid, signal.SIGKILL)
+            killed.append([node, pid, len({n for n, _ in found}), self])
+        return version
+
+    Session.apply = applying
+    code = cli.main(sys.argv[2:])
+    with open(sys.argv[1], "w") as f:
+        json.dump([k[:3] + [k[3].respawns] for k in killed], f)
+    sys.exit(code)
+""")
+
+
+@pytest.mark.slow
+def test_an_executor_killed_on_the_worker_node_is_replaced_with_the_local_results(
+        two_node_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    """The executor process on the cluster's worker node is SIGKILLed with tasks in flight (after
+    the server's third version): the runtime starts a fresh one, re-issues the lost tasks with
+    the same inputs, and the run ends with the tables of the undisturbed local run, bit for bit."""
+    address, env = two_node_cluster
+    file = tmp_path / "scenario.yaml"
+    file.write_text(yaml.safe_dump({**yaml.safe_load(SCENARIO), "name": "killed"}, sort_keys=False))
+    report = tmp_path / "killed.json"
+    done = subprocess.run([sys.executable, "-c", KILLER, str(report), "run", str(file), "--address", address,
+                           "--out", str(tmp_path / "cluster"), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    killed = json.loads(report.read_text())
+    assert len(killed) == 1 and killed[0][2] == 2, killed  # one kill, with an executor on each node
+    assert killed[0][3] >= 1, killed  # the runtime noticed and started a fresh executor
+    events = pd.read_parquet(tmp_path / "cluster" / "events.parquet")
+    assert "lost" not in set(events.status)  # re-issued, not recorded as lost
+    (run,) = load_suite(file, ["runtime.backend=inline"]).runs
+    run_scenario(run, Runtime("inline"), tmp_path / "local")
+    assert_same_tables(tmp_path / "cluster", tmp_path / "local")

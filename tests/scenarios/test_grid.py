@@ -68,7 +68,7 @@ def test_grid_side_by_side_equals_sequential_names_failures_and_reruns_only_unfi
     captured = capsys.readouterr()
     assert "in 2 worker process(es)" in captured.out
     failed = [line for line in captured.err.splitlines() if line.startswith("fedclock: error:")]
-    assert len(failed) == 1 and "b seed 1" in failed[0] and "not a fedclock run" in failed[0]
+    assert len(failed) == 1 and "b seed 1" in failed[0] and "not a file a fedclock run writes" in failed[0]
     assert "1 of 4 run(s) failed" in captured.err and "--unfinished" in captured.err
     for name, seed in JOBS[:3]:
         _same_tables(seq / name / f"seed_{seed}", par / name / f"seed_{seed}")

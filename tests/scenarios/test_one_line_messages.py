@@ -144,3 +144,15 @@ def test_validate_help_says_it_runs_the_files_code(capsys: pytest.CaptureFixture
     assert main(["validate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "which runs its code" in text and "--no-import" in text and "import nothing" in text
+
+
+@pytest.mark.parametrize("where", ["file", "runs"])
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_num_clients_true_in_a_file_is_refused(tmp_path: Path, value: str, where: str) -> None:
+    """``population: {num_clients: true}`` (the issue found it taken as 1 client at an older
+    commit): refused in one line naming the field, in the file and in a run of ``runs:``."""
+    file = tmp_path / "s.yaml"
+    text = BASE.replace("num_clients: 3", f"num_clients: {value}") if where == "file" else \
+        BASE + f"runs:\n- {{name: a, population: {{num_clients: {value}}}}}\n"
+    file.write_text(text)
+    one_line_error(["validate", str(file)], "population.num_clients", "(got ")

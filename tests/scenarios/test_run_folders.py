@@ -48,7 +48,8 @@ def test_a_folder_that_is_not_a_run_is_never_emptied(tmp_path: Path) -> None:
     file.write_text(SHORT)
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    one_line_error(["run", str(file), "--out", str(out), "--quiet", "--overwrite"], "not a fedclock run")
+    one_line_error(["run", str(file), "--out", str(out), "--quiet", "--overwrite"], "notes.txt",
+                   "not a file a fedclock run writes")
     assert (out / "notes.txt").read_text() == "keep me"
 
 

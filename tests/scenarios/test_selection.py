@@ -84,6 +84,18 @@ class NotASelector:
     pass
 
 
+class Outsider(Selector):
+    """Returns a client that does not exist."""
+
+    def select(self, view, candidates, k):
+        return [int(candidates[0]), 10**6]
+
+
+class Fractions(Selector):
+    def select(self, view, candidates, k):
+        return candidates[:k] + 0.5
+
+
 class Peeking(Selector):
     def select(self, view, candidates, k):
         view.resources  # not disclosed: raises
@@ -131,6 +143,16 @@ def test_a_bad_user_selector_is_one_line_and_peeking_is_refused(tmp_path: Path,
     (run_,) = load_suite(file).runs
     with pytest.raises(NotDisclosed):
         run_scenario(run_, Runtime("inline"), tmp_path / "peek")
+
+
+@pytest.mark.parametrize("name, why", [("Outsider", "[1000000] are not candidates"), ("Fractions", "float64")])
+def test_a_selector_returning_invalid_clients_is_its_own_one_line_error(tmp_path: Path, name: str, why: str) -> None:
+    """It ended in a traceback; now one line naming the selector, what it must return and why."""
+    from tests.scenarios.one_line import one_line_error
+
+    file = _user_file(tmp_path, f"inv{name.lower()}", name, "inline")
+    one_line_error(["run", str(file), "--out", str(tmp_path / "out"), "--quiet"], f"selector {name!r}",
+                   "must return 1 to", why)
 
 
 def test_a_resumed_oort_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

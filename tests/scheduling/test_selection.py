@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from fedclock.scheduling.devices import Devices
-from fedclock.scheduling.selection import (ClientHistory, Disclosed, NotDisclosed, SelectionView, checked_choice,
+from fedclock.scheduling.selection import (ClientHistory, Disclosed, NotDisclosed, SelectionView, SelectorError,
+                                           checked_choice,
                                            overcommitted)
 
 
@@ -53,8 +54,8 @@ def test_checked_choice_accepts_distinct_candidates_only() -> None:
     candidates = np.array([1, 4, 6, 9])
     assert checked_choice([9, 1], candidates, 2, "mine").tolist() == [1, 9]
     assert checked_choice([6], candidates, 2, "mine").tolist() == [6]  # fewer than k is allowed (FedCS)
-    for bad in ([1, 1], [1, 2], [1, 4, 6], []):
-        with pytest.raises(ValueError, match="selector 'mine' must return 1 to 2 distinct clients"):
+    for bad in ([1, 1], [1, 2], [1, 4, 6], [], [1.0, 4.0], [[1, 4]], ["1"], [1, 4.5]):
+        with pytest.raises(SelectorError, match="selector 'mine' must return 1 to 2 distinct client ids"):
             checked_choice(bad, candidates, 2, "mine")
 
 
