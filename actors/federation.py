@@ -1,5 +1,5 @@
 """The federation as the runtime serves it: per-client train/test index arrays over one shared
-training pool, and the global test set (built by :func:`fedclock.scenarios.federation.build_federation`)."""
+training pool, and the global test set (built by :func:`fedclock.scenarios.data.federation.build_federation`)."""
 from __future__ import annotations
 
 import warnings
@@ -99,7 +99,7 @@ class Federation:
     num_classes: int
     dataset_name: str
     domain_names: tuple[str, ...] = ()
-    """Multi-domain sources only (:mod:`fedclock.scenarios.domains`): the domains, the
+    """Multi-domain sources only (:mod:`fedclock.scenarios.data.domains`): the domains, the
     domain of every client, of every training-pool sample and of every global test sample."""
     client_domain: np.ndarray | None = None
     train_domain: np.ndarray | None = None

@@ -26,7 +26,7 @@ Where one label per sample is still assumed, per-token data is refused in one li
 than given wrong numbers: algorithms that do not declare ``per_token_targets``
 (:class:`~fedclock.algorithms.base.Algorithm`; per-class feature statistics, sample-feature
 objectives, per-sample gradients), partitions by class
-(:func:`fedclock.scenarios.federation.build_federation`); vectorized clients take only the
+(:func:`fedclock.scenarios.data.federation.build_federation`); vectorized clients take only the
 models of :data:`~fedclock.algorithms.vectorized.VECTOR_MODELS`, none of which predicts per
 token.
 """

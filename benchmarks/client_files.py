@@ -1,6 +1,6 @@
 """Client files at scale: memory per client of a naturally partitioned federation.
 
-Every user of a client-file data set (:mod:`fedclock.scenarios.client_files`) shares one
+Every user of a client-file data set (:mod:`fedclock.scenarios.data.client_files`) shares one
 pool tensor; a client costs its train and test index arrays. This measures, for 10,000,
 100,000 and 1,000,000 users of 2 training and 1 test sample each (60 features, LEAF
 Synthetic's shape), the bytes the built federation keeps beyond its samples, per client
@@ -26,10 +26,10 @@ def one(users: int) -> None:
     """Build one federation here and print its figures."""
     import numpy as np
 
-    from fedclock.scenarios.client_files import natural_dataset
-    from fedclock.scenarios.federation import _with_own_tests
+    from fedclock.scenarios.data.client_files import natural_dataset
+    from fedclock.scenarios.data.federation import _with_own_tests
     from fedclock.scenarios.schema import DatasetConfig
-    from fedclock.scenarios.user_data import UserData
+    from fedclock.scenarios.data.user_data import UserData
 
     cfg = DatasetConfig(name="synthetic_leaf", format="leaf", partition={"type": "natural"})
     rng = np.random.default_rng(0)
@@ -47,8 +47,8 @@ def one(users: int) -> None:
 
 def read_generated(users: int) -> None:
     """Seconds to generate and read a LEAF file of ``users`` users through the reader."""
-    from fedclock.scenarios.leaf import read_leaf
-    from fedclock.scenarios.leaf_generate import write_leaf
+    from fedclock.scenarios.data.leaf import read_leaf
+    from fedclock.scenarios.data.leaf_generate import write_leaf
     from fedclock.scenarios.schema import GeneratedFiles
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -76,7 +76,7 @@ def measure(n: int, tasks: int, fed: Any, algorithm: Any, payload: Tensors, devi
 
 def make_federation(clients: int, samples: int) -> Any:
     """Seeded random 28x28 images, 10 classes, ``samples`` training samples per client."""
-    from fedclock.scenarios.federation import Federation
+    from fedclock.scenarios.data.federation import Federation
 
     gen = torch.Generator().manual_seed(0)
     n = clients * samples

@@ -35,7 +35,7 @@ import torch
 
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.training import batches
-from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.data.federation import Federation
 from fedclock.scenarios.loader import parse_suite
 from proctree import tree_cpu_by_role  # benchmarks/ is the script's folder
 

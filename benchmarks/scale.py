@@ -36,7 +36,7 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     """Run one population size here and print its figures."""
     from fedclock.actors.runtime import Runtime
     from fedclock.scenarios.experiment import run_scenario
-    from fedclock.scenarios.federation import build_federation
+    from fedclock.scenarios.data.federation import build_federation
     from fedclock.scenarios.loader import parse_suite
 
     peak = [0, 0]  # RSS, PSS

@@ -1,11 +1,11 @@
 """Stack Overflow's TFF files: peak memory of reading every user against sampling a few.
 
-With a natural partition :mod:`fedclock.scenarios.tff_h5` reads every user's sentence count
+With a natural partition :mod:`fedclock.scenarios.data.tff_h5` reads every user's sentence count
 first and then only the users that ``partition.sample_clients`` keeps
-(:mod:`fedclock.scenarios.client_files`). This writes files in TFF's Stack Overflow layout
+(:mod:`fedclock.scenarios.data.client_files`). This writes files in TFF's Stack Overflow layout
 once (``--users`` users with ``max(1, lognormal)`` train sentences of mean ``--mean`` and one
 test sentence each, 5 to 24 words drawn from 150 made-up words: the text does not matter
-here, only its size; :mod:`fedclock.scenarios.stackoverflow_generate` makes learnable text
+here, only its size; :mod:`fedclock.scenarios.data.stackoverflow_generate` makes learnable text
 but is too slow for this many users), then in a fresh child process each reads them:
 
 * ``all``: every user (``partition: {type: natural}``);
@@ -42,7 +42,7 @@ def write(root: Path, users: int, mean: int) -> None:
     import h5py
     import numpy as np
 
-    from fedclock.scenarios.stackoverflow import WORD_COUNTS
+    from fedclock.scenarios.data.stackoverflow import WORD_COUNTS
 
     rng = np.random.default_rng(0)
     words = np.array([f"w{i}" for i in range(150)])
@@ -64,9 +64,9 @@ def one(root: Path, mode: str, users: int, sample: int) -> None:
     """Read the files in one mode here and print the figures."""
     import torch
 
-    from fedclock.scenarios.client_files import load_client_files, natural_dataset
+    from fedclock.scenarios.data.client_files import load_client_files, natural_dataset
     from fedclock.scenarios.schema import DatasetConfig
-    from fedclock.scenarios.tff_h5 import read_tff_h5
+    from fedclock.scenarios.data.tff_h5 import read_tff_h5
 
     import h5py  # noqa: F401 - imported before the baseline, as reading imports it
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from fedclock.algorithms.base import Algorithm
 from fedclock.algorithms.cka import layer_cka, layer_names, local_model_after_training, supports_local_model
-from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.data.federation import Federation
 from fedclock.scenarios.runfiles import CKA_FILE
 from fedclock.scenarios.schema import CKAAnalysis, Scenario
 from fedclock.scheduling.rng import Stream, torch_rng

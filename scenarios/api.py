@@ -31,7 +31,7 @@ from fedclock.actors.ray_start import RayStart
 from fedclock.actors.runtime import Runtime
 from fedclock.algorithms.models import MODEL_NAMES
 from fedclock.algorithms.registry import ALGORITHMS
-from fedclock.scenarios.dataset_specs import DATASET_NAMES
+from fedclock.scenarios.data.dataset_specs import DATASET_NAMES
 from fedclock.scenarios.experiment import RunSummary, run_scenario
 from fedclock.scenarios.grid import (GridListener, Job, Outcome, cluster_cpus, default_jobs, physical_cores, plan_jobs,
                                      run_jobs, unslowed_cores)

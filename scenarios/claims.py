@@ -81,7 +81,7 @@ Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
   Fig. 2; :func:`fedclock.algorithms.momentum.norm_gain`), a ratio shown as is.
 
 A claim compares A with B paired by seed (same partition and initial model: both come from
-the scenario seed only, see :mod:`fedclock.scenarios.federation` and
+the scenario seed only, see :mod:`fedclock.scenarios.data.federation` and
 :mod:`fedclock.scheduling.rng`), or, without ``b``, A with the number ``reference``. When A's
 and B's runs differ in what defines the data a seed sees (the ``dataset`` section,
 ``population.num_clients``, ``seed``) a seed pairs nothing: such a claim must say

@@ -39,8 +39,8 @@ from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
 from fedclock.scenarios.api import execute, resolve_path, scenario_dir, shipped_scenarios, summary_root
 from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.claims import ClaimError
-from fedclock.scenarios.dataset_specs import DATASET_SUMMARIES
-from fedclock.scenarios.datasets import DatasetError
+from fedclock.scenarios.data.dataset_specs import DATASET_SUMMARIES
+from fedclock.scenarios.data.datasets import DatasetError
 from fedclock.scenarios.experiment import Interrupted, OutputError, RunSummary
 from fedclock.scenarios.loader import ScenarioError, Suite, load_suite, not_imported, one_line, read_yaml
 from fedclock.scenarios.plugins import PluginError, entry_point_origin, entry_points, find

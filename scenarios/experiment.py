@@ -27,7 +27,7 @@ from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
-from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.data.federation import Federation, build_federation
 from fedclock.scenarios.privacy_accounting import RETIRE_REASON, choose_accounting, feasible_accounting, \
     upload_limits
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics

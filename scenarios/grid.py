@@ -78,7 +78,7 @@ from fedclock.actors.session import Session
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.base import Algorithm
-from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.data.federation import Federation
 
 from fedclock.scenarios.experiment import Interrupted, RunSummary, run_scenario
 from fedclock.scenarios.run_costs import CountedCosts
@@ -470,7 +470,7 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
     from fedclock.algorithms.registry import UnknownAlgorithm
     from fedclock.scenarios.checkpoints import CheckpointError
     from fedclock.scenarios.claims import ClaimError
-    from fedclock.scenarios.datasets import DatasetError
+    from fedclock.scenarios.data.datasets import DatasetError
     from fedclock.scenarios.experiment import Interrupted, OutputError
     from fedclock.scenarios.loader import ScenarioError, one_line
     from fedclock.scenarios.plugins import PluginError

@@ -19,7 +19,7 @@
   domain's figure is the mean over its clients. FedStyle's ``probe_style: swapped`` control
   gets the state of the next client (id order, wrapping round) that has one as the donor of
   its style encoder. The single client of a Centralized
-  federation (domain :data:`~fedclock.scenarios.domains.ALL_DOMAINS`) has no
+  federation (domain :data:`~fedclock.scenarios.data.domains.ALL_DOMAINS`) has no
   personalization rows.
 * **Style controls** (``evaluation.linear.style_controls``; algorithms whose probe has a
   style, i.e. that list ``probe_style_controls``: FedStyle): the personalization probe again
@@ -54,8 +54,8 @@ import torch
 from fedclock.algorithms.base import Algorithm, EvalResult, ServerState, Tensors, evaluate_module
 from fedclock.algorithms.linear_eval import train_probe
 from fedclock.algorithms.ssl import features_of
-from fedclock.scenarios.domains import ALL_DOMAINS
-from fedclock.scenarios.federation import Federation
+from fedclock.scenarios.data.domains import ALL_DOMAINS
+from fedclock.scenarios.data.federation import Federation
 from fedclock.scenarios.runfiles import LINEAR_EVAL_FILE
 from fedclock.scenarios.schema import LinearEvalConfig
 from fedclock.scheduling.rng import Stream, torch_rng

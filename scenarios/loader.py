@@ -39,8 +39,8 @@ from fedclock.algorithms.vectorized import is_vectorizable, vectorize_problem
 from fedclock.scenarios.analysis import analysis_problem
 from fedclock.scenarios.plugins import PluginError, algorithm_class, find, from_object, variant_class
 from fedclock.scenarios.selection_config import resolve_selection, selection_problem
-from fedclock.scenarios.dataset_specs import DATASET_NAMES
-from fedclock.scenarios.datasets import check_loader
+from fedclock.scenarios.data.dataset_specs import DATASET_NAMES
+from fedclock.scenarios.data.datasets import check_loader
 from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.scenarios.schema import AlgorithmConfig, Scenario, ServerOptimizerSection
 

@@ -18,7 +18,7 @@ set's overrides, e.g. ``--set runtime.device=cuda`` or a smaller setting; the re
 line and settings show it.
 
 Pairing: the runs of one file with the same seed share the partition and the clients' test
-splits (seeded by the scenario seed only, :mod:`fedclock.scenarios.federation`) and the
+splits (seeded by the scenario seed only, :mod:`fedclock.scenarios.data.federation`) and the
 initial global model (the server's INIT stream, :mod:`fedclock.scheduling.rng`), so A and B
 of one seed differ only in what the claim names. A claim whose A and B differ in what
 defines a seed's data (:data:`DATA_FIELDS`) is refused unless it says ``pairing: unpaired``

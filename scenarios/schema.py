@@ -20,12 +20,12 @@ from fedclock.algorithms.server_optimizers import ServerOptimizerConfig
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
 from fedclock.algorithms.privacy import PrivacyConfig
-from fedclock.scenarios.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, FILE_DATASETS, FILE_FORMATS,
-                                             FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE)
+from fedclock.scenarios.data.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, FILE_DATASETS, FILE_FORMATS,
+                                                   FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE)
 from fedclock.scheduling.completeness_connectivity import TimeBudget, can_lose
 from fedclock.scheduling.model_base import NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode
-from fedclock.scenarios.partition_config import IIDPartition, NaturalPartition, PartitionConfig
+from fedclock.scenarios.data.partition_config import IIDPartition, NaturalPartition, PartitionConfig
 from fedclock.scheduling.lateness import check_clients, late_map
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
@@ -63,7 +63,7 @@ else:
     DatasetName = Literal[DATASET_NAMES]
     FileFormat = Literal[FILE_FORMATS]
 """``dataset.name`` of a shipped dataset and ``dataset.format``, from their registry
-(:mod:`fedclock.scenarios.dataset_specs`)."""
+(:mod:`fedclock.scenarios.data.dataset_specs`)."""
 
 
 class GeneratedFiles(StrictModel):
@@ -83,7 +83,7 @@ loader (:mod:`fedclock.scenarios.plugins`)."""
 
 class DomainsConfig(StrictModel):
     """Multi-domain federation (``digit_styles``, ``digit_domains``, ``office_home``,
-    ``adaptiope``; see :mod:`fedclock.scenarios.domains`): clients are dealt to the domains
+    ``adaptiope``; see :mod:`fedclock.scenarios.data.domains`): clients are dealt to the domains
     in equal groups, and ``partition`` splits each domain among its group."""
 
     names: Annotated[list[str], Field(min_length=1)] | None = Field(

@@ -44,23 +44,23 @@ class DataStream(IntEnum):
     scheme, so every split drawn from them is unchanged."""
 
     DIGITS_SPLIT = 0x44494701
-    """digits' stratified global test split (:mod:`fedclock.scenarios.datasets`)."""
+    """digits' stratified global test split (:mod:`fedclock.scenarios.data.datasets`)."""
     SYNTHETIC = 0x53594E01
     """FedProx Synthetic(alpha, beta) generation."""
     SUBSAMPLE = 0x53554201
     """``dataset.max_train_samples`` of a single dataset."""
     PARTITION = 0x50415201
-    """The partition of the training pool among clients (:mod:`fedclock.scenarios.federation`)."""
+    """The partition of the training pool among clients (:mod:`fedclock.scenarios.data.federation`)."""
     CLIENT_SPLIT = 0x53504C01
     """Every client's own test split."""
     SAMPLE_CLIENTS = 0x4C454601
-    """Client files: ``partition.sample_clients`` (:mod:`fedclock.scenarios.client_files`)."""
+    """Client files: ``partition.sample_clients`` (:mod:`fedclock.scenarios.data.client_files`)."""
     GENERATE = 0x47454E01
-    """``dataset.generate``'s LEAF files (:mod:`fedclock.scenarios.leaf_generate`)."""
+    """``dataset.generate``'s LEAF files (:mod:`fedclock.scenarios.data.leaf_generate`)."""
     STACKOVERFLOW_GENERATE = 0x534F4701
-    """``dataset.generate``'s Stack Overflow TFF files (:mod:`fedclock.scenarios.stackoverflow_generate`)."""
+    """``dataset.generate``'s Stack Overflow TFF files (:mod:`fedclock.scenarios.data.stackoverflow_generate`)."""
     DOMAIN_DEAL = 0x444F4D01
-    """Multi-domain sources (:mod:`fedclock.scenarios.domains`): dealing clients to domains."""
+    """Multi-domain sources (:mod:`fedclock.scenarios.data.domains`): dealing clients to domains."""
     DOMAIN_SUBSAMPLE = 0x444F4D02
     """Each domain's training pool size (keyed by the domain)."""
     DOMAIN_PARTITION = 0x444F4D03

@@ -134,7 +134,7 @@ def run_bounds(scenario: Any, clients: pd.DataFrame) -> RunBounds:
     else the largest client's batches times its epochs, plus Ditto's personal steps and
     FedAvg-FT's fine-tuning), plus the evaluation's forward pass; the MLP's layers and its
     widest reduction (input width, hidden widths, classes, batch)."""
-    from fedclock.scenarios.federation import build_federation
+    from fedclock.scenarios.data.federation import build_federation
 
     params = scenario.algorithm.params
     fed = build_federation(scenario.dataset, scenario.population.num_clients, scenario.seed)

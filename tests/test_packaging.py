@@ -40,3 +40,16 @@ def test_every_data_file_under_scenarios_is_package_data() -> None:
 
 def test_patterns_are_one_per_line() -> None:
     assert all("," not in pattern and " " not in pattern for pattern in _patterns())
+
+
+def test_every_package_folder_is_listed() -> None:
+    """A sub-package (a folder with ``__init__.py``, such as ``scenarios/data/``) that
+    ``setup.cfg`` does not list is left out of an installed fedclock."""
+    options = read_configuration(str(ROOT / "setup.cfg"))["options"]
+    listed = set(options["packages"])
+    folders = {"fedclock." + ".".join(init.parent.relative_to(ROOT).parts)
+               for layer in ("actors", "algorithms", "scheduling", "scenarios")
+               for init in (ROOT / layer).rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert "fedclock.scenarios.data" in folders
+    missing = sorted(folders - listed)
+    assert not missing, f"not in setup.cfg packages: {missing}"

@@ -30,8 +30,8 @@ def test_a_run_imports_no_on_demand_library(modules: list[str]) -> None:
 
 def test_loading_the_bundled_digits_imports_no_scikit_learn() -> None:
     """The quickstart's data: scikit-learn's digits file is read without importing scikit-learn
-    (scenarios/datasets.py: _digits_arrays); the arrays equal load_digits' (tests/scenarios/test_datasets.py)."""
-    code = ("import sys\nfrom fedclock.scenarios.datasets import load_dataset\n"
+    (scenarios/data/datasets.py: _digits_arrays); the arrays equal load_digits' (tests/scenarios/test_datasets.py)."""
+    code = ("import sys\nfrom fedclock.scenarios.data.datasets import load_dataset\n"
             "from fedclock.scenarios.schema import DatasetConfig\n"
             "load_dataset(DatasetConfig(name='digits'), seed=0, num_clients=2)\nprint('sklearn' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import PositiveFloat
 
-from fedclock.scenarios.partition_config import PartitionModel
+from fedclock.scenarios.data.partition_config import PartitionModel
 from fedclock.scheduling.distributions import DeviceDistribution
 
 

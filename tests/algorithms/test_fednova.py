@@ -111,7 +111,7 @@ def test_every_algorithm_runs_the_steps_the_clock_assigns(name: str) -> None:
 
 
 def test_executor_reports_the_step_counter() -> None:
-    from fedclock.scenarios.federation import build_federation
+    from fedclock.scenarios.data.federation import build_federation
     from fedclock.scenarios.schema import DatasetConfig
 
     fed = build_federation(DatasetConfig(name="digits"), 2, seed=0)

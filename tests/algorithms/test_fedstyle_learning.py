@@ -59,7 +59,7 @@ import torch
 from fedclock.algorithms.base import Arrival
 from fedclock.algorithms.fedstyle import FedStyle, FedStyleParams
 from fedclock.algorithms.models import ModelFactory
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.federation import build_federation
 from fedclock.scenarios.linear_eval import linear_evaluation
 from fedclock.scenarios.schema import DatasetConfig, LinearEvalConfig
 

@@ -2,7 +2,7 @@
 (Reddi et al., ICLR 2021, Sec. 5: adaptive server optimizers and server momentum outperform
 FedAvg on naturally partitioned cross-device data).
 
-Setting: LEAF-format Synthetic data generated from each seed (:mod:`fedclock.scenarios.leaf_generate`:
+Setting: LEAF-format Synthetic data generated from each seed (:mod:`fedclock.scenarios.data.leaf_generate`:
 40 users of log-normal sizes, per-user shifted inputs and perturbed labelling models), an MLP
 (64 hidden), 10 of 40 clients per round, one local epoch of batch-10 SGD at client lr 0.1 (the
 best FedAvg rate of {0.01, 0.1, 0.3} on this setting), 15 rounds, seeds 0, 1, 2; the FedAvg
@@ -30,7 +30,7 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.server_optimizers import (AdagradServerOptimizer, AdamServerOptimizer, SGDServerOptimizer,
                                                    YogiServerOptimizer)
-from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.data.federation import Federation, build_federation
 from fedclock.scenarios.schema import DatasetConfig
 
 USERS, COHORT, ROUNDS, SEEDS = 40, 10, 15, (0, 1, 2)

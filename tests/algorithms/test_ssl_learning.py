@@ -11,7 +11,7 @@ from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.models import ModelFactory
 from fedclock.scenarios.experiment import run_scenario
 from fedclock.scenarios.schema import DatasetConfig
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.federation import build_federation
 from tests.conftest import scenario
 
 

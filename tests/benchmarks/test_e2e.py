@@ -83,7 +83,7 @@ def test_cifar_scenarios_are_the_workloads(tmp_path: Path, workload: str, device
 def test_generated_cifar_pickles_are_what_fedclock_and_the_plain_loop_read(tmp_path: Path) -> None:
     """The generated files are CIFAR-10's python pickles as fedclock's reader takes them: the
     same images and labels, the same standardization, as the plain loop's own reader."""
-    from fedclock.scenarios.datasets import load_dataset
+    from fedclock.scenarios.data.datasets import load_dataset
     from fedclock.scenarios.schema import DatasetConfig
 
     e2e = load_script("e2e")

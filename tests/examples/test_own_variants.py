@@ -14,7 +14,7 @@ import pandas as pd
 
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.loader import load_suite
-from fedclock.scenarios.partitions import partition_indices
+from fedclock.scenarios.data.partitions import partition_indices
 from fedclock.scenarios.plugins import import_module
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scheduling.rng import Stream, numpy_rng

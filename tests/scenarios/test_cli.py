@@ -8,7 +8,7 @@ import pytest
 
 from fedclock.algorithms.registry import algorithm_names
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.dataset_specs import DATASET_NAMES
+from fedclock.scenarios.data.dataset_specs import DATASET_NAMES
 from tests.scenarios.one_line import assert_one_line, one_line_error, run_cli
 
 GOOD = """\

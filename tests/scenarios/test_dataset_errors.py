@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fedclock.scenarios.datasets import DatasetError, load_dataset
+from fedclock.scenarios.data.datasets import DatasetError, load_dataset
 from fedclock.scenarios.schema import DatasetConfig
 from tests.scenarios.test_datasets import MNIST_NAMES, _write_cifar, _write_mnist_like
 from tests.scenarios.one_line import one_line_error

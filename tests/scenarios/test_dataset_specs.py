@@ -1,4 +1,4 @@
-"""The dataset registry (:mod:`fedclock.scenarios.dataset_specs`): every list of dataset names
+"""The dataset registry (:mod:`fedclock.scenarios.data.dataset_specs`): every list of dataset names
 derives from it, and the readers' own tables agree with it."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import get_args
 import pytest
 
 from fedclock.scenarios import dataset_specs as specs
-from fedclock.scenarios.dataset_specs import DATASETS
-from fedclock.scenarios.leaf import _CONVERT
-from fedclock.scenarios.leaf_generate import WRITERS
+from fedclock.scenarios.data.dataset_specs import DATASETS
+from fedclock.scenarios.data.leaf import _CONVERT
+from fedclock.scenarios.data.leaf_generate import WRITERS
 from fedclock.scenarios.loader import ScenarioError, validate_scenario
 from fedclock.scenarios.schema import DatasetConfig, DatasetName, FileFormat
-from fedclock.scenarios.tff_h5 import TFF_FILES
+from fedclock.scenarios.data.tff_h5 import TFF_FILES
 
 
 def _names(flag: str) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from fedclock.scenarios.datasets import DatasetError, data_root, load_dataset
+from fedclock.scenarios.data.datasets import DatasetError, data_root, load_dataset
 from fedclock.scenarios.schema import DatasetConfig
 
 
@@ -113,7 +113,7 @@ def test_digits_resize_and_subsample() -> None:
 def test_the_digits_file_reads_as_scikit_learn_loads_it() -> None:
     from sklearn.datasets import load_digits
 
-    from fedclock.scenarios.datasets import _digits_arrays
+    from fedclock.scenarios.data.datasets import _digits_arrays
 
     (x, y), (x_ref, y_ref) = _digits_arrays(), load_digits(return_X_y=True)
     assert x.dtype == x_ref.dtype and y.dtype == y_ref.dtype

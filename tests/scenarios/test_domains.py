@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedclock.scenarios.datasets import DatasetError
-from fedclock.scenarios.domains import style_digits
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.datasets import DatasetError
+from fedclock.scenarios.data.domains import style_digits
+from fedclock.scenarios.data.federation import build_federation
 from fedclock.scenarios.loader import ScenarioError, parse_suite
 from fedclock.scenarios.schema import DatasetConfig
 

@@ -73,7 +73,7 @@ def test_cka_at_version_zero_compares_the_first_round_with_the_initial_model(tmp
     0), compared with that model; the rows equal a direct measurement from init_server's weights."""
     from fedclock.scenarios.analysis import cka_rows
     from fedclock.scenarios.experiment import make_algorithm
-    from fedclock.scenarios.federation import build_federation
+    from fedclock.scenarios.data.federation import build_federation
     from fedclock.scheduling.rng import Stream, torch_rng
 
     sc = scenario(**{**SECTIONS, "evaluation": {"every": 10},

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fedclock.algorithms.base import ClientData
-from fedclock.scenarios.datasets import DatasetError, load_dataset
-from fedclock.scenarios.federation import Federation, build_federation
+from fedclock.scenarios.data.datasets import DatasetError, load_dataset
+from fedclock.scenarios.data.federation import Federation, build_federation
 from fedclock.scenarios.schema import DatasetConfig
 
 
@@ -100,7 +100,7 @@ def test_client_test_sizes_follow_the_split_rule() -> None:
     """Held out at fraction 0.2: 0 of 0 or 1 sample, 1 of 2 (floor(0.4 + 0.5) = 0, raised to
     1), 1 of 3, 2 of 10 (floor(2.5)); at 0.5, 2 of 3 (floor(2.0), at most n - 1 = 2); at 0,
     none. client_test_split holds out that many."""
-    from fedclock.scenarios.client_split import client_test_sizes, client_test_split
+    from fedclock.scenarios.data.client_split import client_test_sizes, client_test_split
 
     assert client_test_sizes(np.array([0, 1, 2, 3, 10]), 0.2).tolist() == [0, 0, 1, 1, 2]
     assert client_test_sizes(np.array([3, 4]), 0.5).tolist() == [2, 2]

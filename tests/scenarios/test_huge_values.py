@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedclock.scenarios.datasets import DatasetError
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.datasets import DatasetError
+from fedclock.scenarios.data.federation import build_federation
 from fedclock.scenarios.schema import DatasetConfig
 from tests.scenarios.test_bad_input import assert_one_line_error, validate_text
 

@@ -1,4 +1,4 @@
-"""LEAF's Sent140 and CelebA files (:mod:`fedclock.scenarios.leaf`), written here in exactly
+"""LEAF's Sent140 and CelebA files (:mod:`fedclock.scenarios.data.leaf`), written here in exactly
 LEAF's shapes: Sent140's ``x`` are the tweet records LEAF's preprocessing writes (the CSV row
 without its polarity), ``y`` 0/1; CelebA's ``x`` are image file names under
 ``raw/img_align_celeba``, ``y`` 0/1. Word indices and pixels are checked against values
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedclock.scenarios.datasets import DatasetError
-from fedclock.scenarios.federation import build_federation
-from fedclock.scenarios.leaf import CELEBA_IMAGES, SENT140_VOCAB, SENT140_WORDS
+from fedclock.scenarios.data.datasets import DatasetError
+from fedclock.scenarios.data.federation import build_federation
+from fedclock.scenarios.data.leaf import CELEBA_IMAGES, SENT140_VOCAB, SENT140_WORDS
 from fedclock.scenarios.schema import DatasetConfig
 
 UNK = SENT140_VOCAB

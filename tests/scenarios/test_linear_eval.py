@@ -11,7 +11,7 @@ import torch
 from fedclock.algorithms.fedstyle import FedStyle, FedStyleParams
 from fedclock.algorithms.linear_eval import linear_probe
 from fedclock.algorithms.models import ModelFactory
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.federation import build_federation
 from fedclock.scenarios.linear_eval import _GENERALIZATION, _KEY, _PERSONALIZATION, _donor, linear_evaluation
 from fedclock.scenarios.schema import DatasetConfig, LinearEvalConfig
 from fedclock.scheduling.rng import Stream, torch_rng

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedclock.scenarios.datasets import load_dataset
-from fedclock.scenarios.mnist1d import load_mnist1d
+from fedclock.scenarios.data.datasets import load_dataset
+from fedclock.scenarios.data.mnist1d import load_mnist1d
 from fedclock.scenarios.schema import DatasetConfig
 
 

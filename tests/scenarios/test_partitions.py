@@ -6,9 +6,10 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from fedclock.scenarios.partitions import _group, partition_indices
-from fedclock.scenarios.partition_config import (ClassSamplingPartition, DirichletByClassPartition, DirichletPartition,
-                                                 IIDPartition, NaturalPartition, PathologicalPartition, ShardsPartition)
+from fedclock.scenarios.data.partitions import _group, partition_indices
+from fedclock.scenarios.data.partition_config import (ClassSamplingPartition, DirichletByClassPartition,
+                                                      DirichletPartition, IIDPartition, NaturalPartition,
+                                                      PathologicalPartition, ShardsPartition)
 
 LABELS = np.repeat(np.arange(10), 100)[np.random.default_rng(0).permutation(1000)]
 
@@ -258,7 +259,7 @@ def test_dirichlet_class_running_out_renormalizes_over_classes_left() -> None:
 
 
 def test_draw_without_replacement_renormalizes() -> None:
-    from fedclock.scenarios.partitions import _draw_without_replacement
+    from fedclock.scenarios.data.partitions import _draw_without_replacement
 
     take = _draw_without_replacement(np.array([0.9, 0.1, 0.0]), 50, np.array([5, 100, 100]), _rng())
     assert take.tolist()[0] == 5 and take.sum() == 50 and take[2] == 0  # class 2 has q = 0 and is not needed

@@ -9,8 +9,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from fedclock.scenarios.datasets import load_dataset
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.datasets import load_dataset
+from fedclock.scenarios.data.federation import build_federation
 from fedclock.scenarios.loader import ScenarioError, parse_suite
 from fedclock.scenarios.schema import DatasetConfig
 from tests.scenarios.test_datasets import MNIST_NAMES, _write_cifar, _write_mnist_like

@@ -1,4 +1,4 @@
-"""Stack Overflow next-word prediction from TFF's files (``scenarios/stackoverflow.py``), on
+"""Stack Overflow next-word prediction from TFF's files (``scenarios/data/stackoverflow.py``), on
 small files written here in TFF's layout: users, counts, shapes, the vocabulary and TFF's
 special tokens, per-user test sets; a bad file is one line naming it (exit 2); the quick
 library file runs end to end on its generated files."""
@@ -15,12 +15,12 @@ import yaml
 
 from fedclock.algorithms.targets import IGNORE_TARGET
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.client_files import load_client_files, natural_dataset
-from fedclock.scenarios.federation import build_federation
+from fedclock.scenarios.data.client_files import load_client_files, natural_dataset
+from fedclock.scenarios.data.federation import build_federation
 from fedclock.scenarios.schema import DatasetConfig, GeneratedFiles
-from fedclock.scenarios.stackoverflow import SEQUENCE_LENGTH, WORD_COUNTS
-from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
-from fedclock.scenarios.tff_h5 import read_tff_h5
+from fedclock.scenarios.data.stackoverflow import SEQUENCE_LENGTH, WORD_COUNTS
+from fedclock.scenarios.data.stackoverflow_generate import write_stackoverflow
+from fedclock.scenarios.data.tff_h5 import read_tff_h5
 from tests.scenarios.one_line import one_line_error
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "crossdevice"

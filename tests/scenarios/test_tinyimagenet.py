@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fedclock.scenarios.datasets import DatasetError, load_dataset
+from fedclock.scenarios.data.datasets import DatasetError, load_dataset
 from fedclock.scenarios.schema import DatasetConfig
 
 CLASSES = ("n01", "n02", "n03")

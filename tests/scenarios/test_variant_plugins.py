@@ -22,7 +22,7 @@ from fedclock.scenarios.loader import load_suite, parse_suite
 USER_VARIANTS = '''
 import numpy as np
 
-from fedclock.scenarios.partition_config import PartitionModel
+from fedclock.scenarios.data.partition_config import PartitionModel
 from fedclock.scheduling.distributions import DeviceDistribution
 
 
@@ -85,8 +85,8 @@ def _scenario(tmp_path: Path, tag: str, edit: tuple[str, str] | None = None) -> 
     (('"TAG:Twice", value: 50', '"TAG:Twice", value: 50, valeu: 1'),
      "population.devices.compute.valeu: unknown field (allowed: dist, value)"),
     (("max_train_samples: 200}", 'max_train_samples: 200, partition: {type: "TAG:NoOwners"}}'),
-     "dataset.partition.type: TAG:NoOwners is not a subclass of fedclock.scenarios.partition_config.PartitionModel "
-     "with its own owners(labels, num_clients, rng)"),
+     "dataset.partition.type: TAG:NoOwners is not a subclass of "
+     "fedclock.scenarios.data.partition_config.PartitionModel with its own owners(labels, num_clients, rng)"),
     (("max_train_samples: 200}", 'max_train_samples: 200, partition: {type: "TAG:Gone"}}'),
      "dataset.partition.type: module 'TAG' ("),
     (("stop:", 'selection: {name: "no_such_module_xyz:Pick"}\nstop:'),

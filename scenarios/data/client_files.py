@@ -1,11 +1,11 @@
 """Naturally partitioned data read from published client files (``dataset.format``).
 
 Cross-device benchmarks ship one data set per user (writer, speaking role, ...): LEAF's
-JSON folders (:mod:`fedclock.scenarios.leaf`), TensorFlow Federated's HDF5 files
-(:mod:`fedclock.scenarios.tff_h5`) and FedScale's ``client_data_mapping`` CSVs
-(:mod:`fedclock.scenarios.fedscale_csv`). Each reader returns the users in file order, each
+JSON folders (:mod:`fedclock.scenarios.data.leaf`), TensorFlow Federated's HDF5 files
+(:mod:`fedclock.scenarios.data.tff_h5`) and FedScale's ``client_data_mapping`` CSVs
+(:mod:`fedclock.scenarios.data.fedscale_csv`). Each reader returns the users in file order, each
 with its own train and test samples (:class:`UserData`); :func:`natural_dataset` turns them
-into one :class:`~fedclock.scenarios.datasets.Dataset`:
+into one :class:`~fedclock.scenarios.data.datasets.Dataset`:
 
 * the training pool is every user's train samples, concatenated in user order, and the
   global test set the union of every user's test samples (LEAF's evaluation); a user found
@@ -24,7 +24,7 @@ into one :class:`~fedclock.scenarios.datasets.Dataset`:
   ``utils/datasets/stackoverflow_word_prediction.py``, ``get_federated_datasets``
   (``max_elements_per_train_client=1000``, test clients uncapped) takes a client's first
   examples in file order before shuffling them, as we do;
-* TFF's HDF5 files are read **users first** (:mod:`fedclock.scenarios.tff_h5`): the filters
+* TFF's HDF5 files are read **users first** (:mod:`fedclock.scenarios.data.tff_h5`): the filters
   and the sample run on every user's sample counts (read from the files' shapes, the same
   counts, so the same users as reading everything), and only the chosen users' arrays (and
   test-only users', which always stay) are read, so a sample of Stack Overflow's 342,477
@@ -37,8 +37,8 @@ so a population of a million users costs what their samples cost plus the index 
 (``benchmarks/RESULTS.md``, "Client files"). Inputs are used as the files give them (LEAF's
 reference models train on them unscaled). ``dataset.generate`` writes a small data set in
 the format from the scenario seed into a temporary folder and reads it back
-(:mod:`fedclock.scenarios.leaf_generate`; Stack Overflow's TFF files:
-:mod:`fedclock.scenarios.stackoverflow_generate`).
+(:mod:`fedclock.scenarios.data.leaf_generate`; Stack Overflow's TFF files:
+:mod:`fedclock.scenarios.data.stackoverflow_generate`).
 """
 from __future__ import annotations
 
@@ -48,15 +48,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedclock.scenarios.datasets import Dataset, DatasetError, data_root
-from fedclock.scenarios.fedscale_csv import read_fedscale_csv
-from fedclock.scenarios.leaf import read_leaf
-from fedclock.scenarios.leaf_generate import write_leaf
-from fedclock.scenarios.partition_config import NaturalPartition
+from fedclock.scenarios.data.datasets import Dataset, DatasetError, data_root
+from fedclock.scenarios.data.fedscale_csv import read_fedscale_csv
+from fedclock.scenarios.data.leaf import read_leaf
+from fedclock.scenarios.data.leaf_generate import write_leaf
+from fedclock.scenarios.data.partition_config import NaturalPartition
 from fedclock.scenarios.schema import DatasetConfig
-from fedclock.scenarios.stackoverflow_generate import write_stackoverflow
-from fedclock.scenarios.tff_h5 import read_tff_h5
-from fedclock.scenarios.user_data import UserData
+from fedclock.scenarios.data.stackoverflow_generate import write_stackoverflow
+from fedclock.scenarios.data.tff_h5 import read_tff_h5
+from fedclock.scenarios.data.user_data import UserData
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["UserData", "files_root", "load_client_files", "natural_dataset"]

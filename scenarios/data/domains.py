@@ -1,6 +1,6 @@
 """Multi-domain federations: every client belongs to one style domain.
 
-Sources (``dataset.name``; domains in :data:`fedclock.scenarios.dataset_specs.DOMAINS`):
+Sources (``dataset.name``; domains in :data:`fedclock.scenarios.data.dataset_specs.DOMAINS`):
 
 * ``digit_styles`` — bundled scikit-learn digits in four generated styles: ``original``,
   ``inverted`` (1 - x), ``blurred`` (Gaussian blur, kernel 5, sigma 1 at 16 px, scaled
@@ -33,7 +33,7 @@ Clients ``k * g .. (k + 1) * g - 1`` belong to domain ``k`` (``g = num_clients /
 domains``, which must be a whole number); ``dataset.partition`` (``iid`` = the paper's
 "Ho", ``dirichlet`` with ``alpha`` = "He@alpha") splits each domain's pool among its
 group, and ``client_test_fraction`` of each client's share is its test split, as in
-:func:`~fedclock.scenarios.federation.build_federation`. All draws are seeded by
+:func:`~fedclock.scenarios.data.federation.build_federation`. All draws are seeded by
 (scenario seed, fixed stream ids). A single client (``num_clients: 1``) holds every
 domain's pool: the paper's Centralized baseline; its ``client_domain`` is
 :data:`ALL_DOMAINS`.
@@ -49,10 +49,10 @@ import torch
 import torch.nn.functional as F
 
 from fedclock.actors.federation import Federation
-from fedclock.scenarios.client_split import client_test_split
-from fedclock.scenarios.datasets import DatasetError, _download, data_root
-from fedclock.scenarios.dataset_specs import DOMAINS
-from fedclock.scenarios.partitions import partition_indices
+from fedclock.scenarios.data.client_split import client_test_split
+from fedclock.scenarios.data.datasets import DatasetError, _download, data_root
+from fedclock.scenarios.data.dataset_specs import DOMAINS
+from fedclock.scenarios.data.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, DomainsConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
@@ -137,7 +137,7 @@ def _digit_domain(cfg: DatasetConfig, name: str, root: Path) -> DomainData:
 
     side = cfg.image_size or 32
     if name == "mnist":
-        from fedclock.scenarios.datasets import _load_idx_family
+        from fedclock.scenarios.data.datasets import _load_idx_family
 
         x_tr, y_tr, x_te, y_te, _ = _load_idx_family(cfg.model_copy(update={"name": "mnist"}), root)
         return _to_rgb(x_tr / 255.0, side), y_tr.long(), _to_rgb(x_te / 255.0, side), y_te.long()

@@ -23,7 +23,7 @@ Federated Optimization", ICLR 2021, App. C use:
   accuracy: :mod:`fedclock.algorithms.targets`);
 * a sample is one sentence (TFF's example); a user of the train file is a client with its
   test-file sentences as its own test set (users are matched by id; test-only users add to
-  the global test set, :mod:`fedclock.scenarios.tff_h5`). TFF's ``stackoverflow_held_out.h5``
+  the global test set, :mod:`fedclock.scenarios.data.tff_h5`). TFF's ``stackoverflow_held_out.h5``
   (validation users) is not read.
 
 **Choice:** the vocabulary comes from the word-count file as TFF's loader gives it; a folder
@@ -31,7 +31,7 @@ without it is an error naming the file (fedclock does not count words itself). T
 published train split (342,477 users, 135.8 million sentences) takes about 33 GB as
 fedclock holds it (20 float32 inputs and 20 int64 targets per sentence); with a natural
 partition the users are chosen from their sentence counts before any sentence is read
-(:mod:`fedclock.scenarios.client_files`), so ``partition.sample_clients`` costs only the
+(:mod:`fedclock.scenarios.data.client_files`), so ``partition.sample_clients`` costs only the
 users it keeps, and ``partition.max_train_per_client: 1000`` is the FedOpt paper's per-user cap.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedclock.algorithms.targets import IGNORE_TARGET
-from fedclock.scenarios.datasets import DatasetError
+from fedclock.scenarios.data.datasets import DatasetError
 
 __all__ = ["VOCAB_SIZE", "SEQUENCE_LENGTH", "WORD_COUNTS", "SpecialTokens", "special_tokens", "read_vocabulary",
            "sentence_samples"]

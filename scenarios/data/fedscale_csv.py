@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedclock.scenarios.datasets import DatasetError
-from fedclock.scenarios.leaf import FEMNIST_CLASSES
-from fedclock.scenarios.user_data import UserData
+from fedclock.scenarios.data.datasets import DatasetError
+from fedclock.scenarios.data.leaf import FEMNIST_CLASSES
+from fedclock.scenarios.data.user_data import UserData
 
 __all__ = ["COLUMNS", "read_fedscale_csv"]
 

@@ -1,7 +1,7 @@
 """Small data sets written in LEAF's JSON layout from a seed (``dataset.generate``).
 
 What the quick library files and the tests run on when the real files are not at hand: the
-files are exactly LEAF's layout (:mod:`fedclock.scenarios.leaf`), one ``train`` and one
+files are exactly LEAF's layout (:mod:`fedclock.scenarios.data.leaf`), one ``train`` and one
 ``test`` file split by sample as LEAF's ``-t sample`` does, so the reader runs as it does on
 the published data. The contents are generated, not real:
 
@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from fedclock.scenarios.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW
+from fedclock.scenarios.data.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW
 from fedclock.scenarios.schema import GeneratedFiles
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
@@ -107,4 +107,4 @@ def _synthetic(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, 
 
 WRITERS: dict[str, Callable[[np.random.Generator, np.ndarray], list[tuple[list, list]]]] = {
     "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _synthetic}
-"""The datasets ``dataset.generate`` writes (``GENERATED`` in :mod:`fedclock.scenarios.dataset_specs`)."""
+"""The datasets ``dataset.generate`` writes (``GENERATED`` in :mod:`fedclock.scenarios.data.dataset_specs`)."""

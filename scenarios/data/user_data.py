@@ -1,4 +1,4 @@
-"""One user's samples as a client-file reader finds them (:mod:`fedclock.scenarios.client_files`)."""
+"""One user's samples as a client-file reader finds them (:mod:`fedclock.scenarios.data.client_files`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,7 +5,7 @@ Each scheme first decides an owner client for every sample (``-1`` for samples n
 uses) and then groups indices by owner, so every returned array is sorted, the arrays are
 disjoint, and their dtype is int64. Only classes present in ``labels`` count as classes.
 The ``natural`` partition is the dataset's own split and is handled by the federation.
-Each setting (:mod:`fedclock.scenarios.partition_config`) calls its scheme's function here
+Each setting (:mod:`fedclock.scenarios.data.partition_config`) calls its scheme's function here
 from its ``owners``.
 
 The schemes, and the paper each follows:
@@ -66,7 +66,7 @@ _DIRICHLET_TRIES = 1000
 
 class Partition(Protocol):
     """What :func:`partition_indices` needs of a partition setting
-    (:class:`fedclock.scenarios.partition_config.PartitionModel`)."""
+    (:class:`fedclock.scenarios.data.partition_config.PartitionModel`)."""
 
     def owners(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> np.ndarray:
         """Every sample's owner client (``-1``: unused)."""

@@ -2,7 +2,7 @@
 
 What the quick Stack Overflow library file and the tests run on instead of TFF's download
 (``dataset: {name: stackoverflow, format: tff_h5, generate: ...}``): the files are the
-layout :mod:`fedclock.scenarios.stackoverflow` reads from TFF's, ``stackoverflow_train.h5``
+layout :mod:`fedclock.scenarios.data.stackoverflow` reads from TFF's, ``stackoverflow_train.h5``
 and ``stackoverflow_test.h5`` (``examples/<user>/{tokens, title, tags, score, type,
 creation_date}``, strings as variable-length UTF-8) and ``stackoverflow.word_count``
 (``word count`` lines, most frequent first; the count is the number of users whose train
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from fedclock.scenarios.schema import GeneratedFiles
-from fedclock.scenarios.stackoverflow import WORD_COUNTS
+from fedclock.scenarios.data.stackoverflow import WORD_COUNTS
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["write_stackoverflow"]

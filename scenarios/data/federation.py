@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from fedclock.actors.federation import ClientIndex, Federation
-from fedclock.scenarios.client_files import load_client_files
-from fedclock.scenarios.client_split import client_test_sizes, client_test_split
-from fedclock.scenarios.dataset_specs import DOMAINS
-from fedclock.scenarios.datasets import Dataset, DatasetError, load_dataset
-from fedclock.scenarios.partitions import partition_indices
-from fedclock.scenarios.partition_config import NaturalPartition
+from fedclock.scenarios.data.client_files import load_client_files
+from fedclock.scenarios.data.client_split import client_test_sizes, client_test_split
+from fedclock.scenarios.data.dataset_specs import DOMAINS
+from fedclock.scenarios.data.datasets import Dataset, DatasetError, load_dataset
+from fedclock.scenarios.data.partitions import partition_indices
+from fedclock.scenarios.data.partition_config import NaturalPartition
 from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
@@ -41,10 +41,10 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
     Raises :class:`DatasetError` (one line naming the scenario field) when files are
     missing or broken, when the partition cannot be drawn, or when a client would be left
     without training data. Multi-domain sources go to
-    :func:`~fedclock.scenarios.domains.build_domain_federation`.
+    :func:`~fedclock.scenarios.data.domains.build_domain_federation`.
     """
     if cfg.name in DOMAINS:
-        from fedclock.scenarios.domains import build_domain_federation
+        from fedclock.scenarios.data.domains import build_domain_federation
 
         return build_domain_federation(cfg, num_clients, seed)
     ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else \
@@ -95,7 +95,7 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
 
 def _with_own_tests(ds: Dataset) -> Federation:
     """Client files with a natural split: every client keeps its own train and test samples
-    (:mod:`fedclock.scenarios.client_files`); the test samples sit after the training pool in
+    (:mod:`fedclock.scenarios.data.client_files`); the test samples sit after the training pool in
     the shared tensors, and the global test set is their union."""
     assert ds.natural_clients is not None and ds.natural_tests is not None
     offset = len(ds.y_train)

@@ -23,7 +23,7 @@ __all__ = ["DATASETS", "DATASET_NAMES", "DATASET_SUMMARIES", "DOMAINS", "FILE_DA
            "FORMAT_DATASETS", "GENERATED", "MULTI_DOMAIN", "NATURAL_SPLIT", "POOLABLE", "DatasetSpec"]
 
 FILE_FORMATS: tuple[str, ...] = ("leaf", "tff_h5", "fedscale_csv")
-"""Published client-file formats (``dataset.format``, :mod:`fedclock.scenarios.client_files`)."""
+"""Published client-file formats (``dataset.format``, :mod:`fedclock.scenarios.data.client_files`)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class DatasetSpec:
     """One line for ``fedclock list datasets``."""
     loader: str | None = None
     """``module:function`` loading it (without ``dataset.format``) into a
-    :class:`~fedclock.scenarios.datasets.Dataset`, called ``(cfg, seed, num_clients)``; None
+    :class:`~fedclock.scenarios.data.datasets.Dataset`, called ``(cfg, seed, num_clients)``; None
     for a dataset read from client files only or a multi-domain source."""
     official_split: bool = False
     """It has an official train/test split, which ``dataset.pool: all`` pools."""
@@ -45,10 +45,10 @@ class DatasetSpec:
     formats: tuple[str, ...] = ()
     """The client-file formats it is read from (``dataset.format``)."""
     generated: tuple[str, ...] = ()
-    """The formats ``dataset.generate`` writes it in (:mod:`fedclock.scenarios.leaf_generate`,
-    :mod:`fedclock.scenarios.stackoverflow_generate`)."""
+    """The formats ``dataset.generate`` writes it in (:mod:`fedclock.scenarios.data.leaf_generate`,
+    :mod:`fedclock.scenarios.data.stackoverflow_generate`)."""
     domains: tuple[str, ...] = ()
-    """A multi-domain source's domains, in the default order (:mod:`fedclock.scenarios.domains`)."""
+    """A multi-domain source's domains, in the default order (:mod:`fedclock.scenarios.data.domains`)."""
 
     def load_function(self) -> Callable[..., Any]:
         """The loader function :attr:`loader` names (imported now)."""
@@ -59,7 +59,7 @@ class DatasetSpec:
         return function
 
 
-_DATASETS = "fedclock.scenarios.datasets"
+_DATASETS = "fedclock.scenarios.data.datasets"
 
 DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
     DatasetSpec("digits", "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, no download)",
@@ -115,7 +115,7 @@ POOLABLE: tuple[str, ...] = tuple(name for name, spec in DATASETS.items() if spe
 NATURAL_SPLIT: tuple[str, ...] = tuple(name for name, spec in DATASETS.items() if spec.natural_split)
 """Datasets with their own client split without client files."""
 MULTI_DOMAIN: tuple[str, ...] = tuple(name for name, spec in DATASETS.items() if spec.domains)
-"""Multi-domain sources (:mod:`fedclock.scenarios.domains`): ``pool: all`` is not offered for them."""
+"""Multi-domain sources (:mod:`fedclock.scenarios.data.domains`): ``pool: all`` is not offered for them."""
 DOMAINS: dict[str, tuple[str, ...]] = {name: DATASETS[name].domains for name in MULTI_DOMAIN}
 """Multi-domain source -> its domains, in the default order."""
 FORMAT_DATASETS: dict[str, tuple[str, ...]] = {

@@ -10,7 +10,7 @@ set's train and test files, as TFF's downloader leaves them:
 * ``shakespeare``: ``shakespeare_train.h5`` / ``shakespeare_test.h5``, feature ``snippets``
   (byte strings: a speaking role's lines). Every snippet becomes LEAF's samples: each
   80-character window with the next character as target, over LEAF's 80 letters
-  (:mod:`fedclock.scenarios.leaf`), so the same ``char_lstm`` reads both formats. **Choice:**
+  (:mod:`fedclock.scenarios.data.leaf`), so the same ``char_lstm`` reads both formats. **Choice:**
   TFF's own pipeline uses another vocabulary (86 characters plus padding and end tokens)
   and cuts snippets into padded chunks; we keep LEAF's task, and a window or target holding
   a character outside LEAF's letters is left out.
@@ -21,13 +21,13 @@ set's train and test files, as TFF's downloader leaves them:
 * ``stackoverflow``: ``stackoverflow_train.h5`` / ``stackoverflow_test.h5`` and the word counts
   ``stackoverflow.word_count``, feature ``tokens`` (one sentence per example): TFF's
   next-word task, 20 word indices per sentence with one target per token
-  (:mod:`fedclock.scenarios.stackoverflow`); train and test hold overlapping users.
+  (:mod:`fedclock.scenarios.data.stackoverflow`); train and test hold overlapping users.
 
 A file that is not HDF5, lacks ``examples``, or whose clients lack a feature or disagree in
 length is a one-line error naming the file.
 
 With a natural partition the users are chosen before they are read
-(:mod:`fedclock.scenarios.client_files`): a first pass reads every client's number of samples
+(:mod:`fedclock.scenarios.data.client_files`): a first pass reads every client's number of samples
 (the length of ``tokens`` or ``label``; Shakespeare's windows are cut and counted one role at
 a time), and only the chosen users' features are then read, so only those are checked
 beyond the feature that is counted.
@@ -39,10 +39,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedclock.scenarios.datasets import DatasetError
-from fedclock.scenarios.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW, letter_indices
-from fedclock.scenarios.stackoverflow import WORD_COUNTS, read_vocabulary, sentence_samples, special_tokens
-from fedclock.scenarios.user_data import UserData
+from fedclock.scenarios.data.datasets import DatasetError
+from fedclock.scenarios.data.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW, letter_indices
+from fedclock.scenarios.data.stackoverflow import WORD_COUNTS, read_vocabulary, sentence_samples, special_tokens
+from fedclock.scenarios.data.user_data import UserData
 
 __all__ = ["TFF_FILES", "read_tff_h5"]
 

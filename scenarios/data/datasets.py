@@ -13,7 +13,7 @@ Choices, in one place:
 * **Pool.** With ``pool: all`` the official train and test splits are concatenated (train
   first) into one pool before everything below, and the dataset's test set is empty: the
   federation takes the global test set from the clients' own test splits
-  (:mod:`fedclock.scenarios.federation`). Only datasets with an official split allow it.
+  (:mod:`fedclock.scenarios.data.federation`). Only datasets with an official split allow it.
 * **digits** has no official test split: a stratified ``global_test_fraction`` of each
   class goes to the test set, drawn from the scenario seed.
 * **synthetic** follows FedProx Synthetic(alpha, beta) (see :func:`_synthetic`). Client
@@ -33,7 +33,7 @@ Choices, in one place:
   costs a second or more of a run's start-up, as it imports every torchvision model.
   ``download: true`` still fetches the files through torchvision. EMNIST images are
   transposed upright, and the ``letters`` split's labels 1..26 become 0..25.
-* **TinyImageNet** is read from image folders by :mod:`fedclock.scenarios.tinyimagenet`.
+* **TinyImageNet** is read from image folders by :mod:`fedclock.scenarios.data.tinyimagenet`.
 * **CIFAR-10/100** are read from the python pickles under ``<root>/cifar-10-batches-py``
   or ``<root>/cifar-100-python`` by this module (same on-disk format as torchvision):
   torchvision insists on the official MD5 of every file, which would reject subsets and
@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from fedclock.actors.federation import ClientIndex
-from fedclock.scenarios.dataset_specs import DATASET_NAMES, DATASETS
+from fedclock.scenarios.data.dataset_specs import DATASET_NAMES, DATASETS
 from fedclock.scenarios.plugins import PluginError, find
 from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
@@ -108,7 +108,7 @@ def data_root(cfg: DatasetConfig) -> Path:
 
 def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Path | None = None) -> Dataset:
     """Load ``cfg.name`` into memory, deterministically from ``seed``, with the loader its
-    spec names (:mod:`fedclock.scenarios.dataset_specs`), or a user's loader. ``num_clients``
+    spec names (:mod:`fedclock.scenarios.data.dataset_specs`), or a user's loader. ``num_clients``
     is only used by datasets with their own client split (synthetic); ``plugin_dir`` (the
     scenario file's folder) is where a user's loader is looked for first. Raises
     :class:`DatasetError` for missing or broken files."""
@@ -134,9 +134,9 @@ def load_cifar(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
 
 
 def load_tinyimagenet(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
-    """TinyImageNet from its image folders (:mod:`fedclock.scenarios.tinyimagenet`; ``num_clients``
+    """TinyImageNet from its image folders (:mod:`fedclock.scenarios.data.tinyimagenet`; ``num_clients``
     is not used)."""
-    from fedclock.scenarios.tinyimagenet import TinyImageNetMissing, load_tinyimagenet as read
+    from fedclock.scenarios.data.tinyimagenet import TinyImageNetMissing, load_tinyimagenet as read
 
     root = data_root(cfg)
     if cfg.download:
@@ -299,10 +299,10 @@ def load_digits(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
 
 # --------------------------------------------------------------------------- MNIST-1D
 def load_mnist1d(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
-    """MNIST-1D vectors (N, 40), generated locally (:mod:`fedclock.scenarios.mnist1d`), used as
+    """MNIST-1D vectors (N, 40), generated locally (:mod:`fedclock.scenarios.data.mnist1d`), used as
     generated (the package standardizes them); ``max_train_samples`` subsamples the pool
     (``num_clients`` is not used)."""
-    from fedclock.scenarios.mnist1d import load_mnist1d as generate
+    from fedclock.scenarios.data.mnist1d import load_mnist1d as generate
 
     if cfg.image_size is not None:
         raise DatasetError("dataset.image_size: mnist1d samples are 1-D signals, not images; remove image_size")

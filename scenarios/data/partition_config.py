@@ -1,10 +1,10 @@
 """The ``dataset.partition`` settings: how a training pool's samples are split among clients.
 
 Each partition carries its own split, :meth:`PartitionModel.owners` (the schemes, and the
-paper each follows, are :mod:`fedclock.scenarios.partitions`); a user's own is a subclass in
+paper each follows, are :mod:`fedclock.scenarios.data.partitions`); a user's own is a subclass in
 a file beside the scenario, named by ``type: module:Class`` (its other keys are its fields;
 :mod:`fedclock.scheduling.variants`). ``natural`` is the dataset's own split, which the
-federation reads (:mod:`fedclock.scenarios.federation`).
+federation reads (:mod:`fedclock.scenarios.data.federation`).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field
 
-from fedclock.scenarios.partitions import (class_parts, deal, dirichlet_by_class_owners, dirichlet_owners,
-                                           even_owners, pool_classes, sample_classes, shard_owners)
+from fedclock.scenarios.data.partitions import (class_parts, deal, dirichlet_by_class_owners, dirichlet_owners,
+                                                even_owners, pool_classes, sample_classes, shard_owners)
 from fedclock.scheduling.model_base import PositiveFloat, StrictModel
 from fedclock.scheduling.variants import open_union
 
@@ -46,7 +46,7 @@ class IIDPartition(PartitionModel):
 class DirichletPartition(PartitionModel):
     """Hsu, Qi, Brown 2019 (arXiv:1909.06335), Sec. 3: every client draws class proportions
     q ~ Dir(alpha * p), p the class prior of the pool, and all clients hold the same number
-    of samples (see :mod:`fedclock.scenarios.partitions`). ``concentration: per_class`` draws
+    of samples (see :mod:`fedclock.scenarios.data.partitions`). ``concentration: per_class`` draws
     q ~ Dir(alpha, ..., alpha) instead (alpha per class, as most FL code bases read
     "Dirichlet(alpha)"): K times milder than the total reading at the same alpha."""
 
@@ -129,7 +129,7 @@ class NaturalPartition(PartitionModel):
     the users with at least that many samples (train + test, LEAF's ``-k``) and
     ``sample_clients`` keeps that many of them drawn at random from the scenario seed;
     ``max_train_per_client`` keeps each user's first that many training samples in file
-    order (the FedOpt paper's per-user cap, :mod:`fedclock.scenarios.client_files`)."""
+    order (the FedOpt paper's per-user cap, :mod:`fedclock.scenarios.data.client_files`)."""
 
     type: Literal["natural"]
     min_samples: Annotated[int, Field(ge=1)] | None = Field(

@@ -6,7 +6,7 @@ folder ``dataset.root`` names); every file is ``{"users": [...], "num_samples": 
 "user_data": {user: {"x": [...], "y": [...]}}}`` (an optional ``"hierarchies"`` is ignored).
 Users are read in file-name order, then in each file's ``users`` order; a user's train and
 test samples are matched by name (LEAF's ``-t sample`` split gives both, ``-t user`` gives
-disjoint users: see :mod:`fedclock.scenarios.client_files`).
+disjoint users: see :mod:`fedclock.scenarios.data.client_files`).
 
 Per data set:
 
@@ -37,7 +37,7 @@ Per data set:
   in memory (84.7 KB as float32): LEAF's whole CelebA (about 200k images) does not fit, use a
   sample of its users.
 
-Any departure from this layout is a one-line :class:`~fedclock.scenarios.datasets.DatasetError`
+Any departure from this layout is a one-line :class:`~fedclock.scenarios.data.datasets.DatasetError`
 naming the file and what is wrong.
 """
 from __future__ import annotations
@@ -51,8 +51,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedclock.scenarios.datasets import DatasetError
-from fedclock.scenarios.user_data import UserData
+from fedclock.scenarios.data.datasets import DatasetError
+from fedclock.scenarios.data.user_data import UserData
 
 __all__ = ["LEAF_LETTERS", "FEMNIST_CLASSES", "SENT140_WORDS", "SENT140_VOCAB", "CELEBA_SIDE", "CELEBA_IMAGES",
            "read_leaf", "letter_indices", "split_words"]

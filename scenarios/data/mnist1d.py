@@ -11,7 +11,7 @@ MNIST's is; 5000 samples give the package's published set), and the last
 test set.
 
 Generation is a Python loop (about 3 ms a sample), so the arrays are cached as
-``<data root>/mnist1d/mnist1d_<samples>_<test fraction>.npz`` (:func:`~fedclock.scenarios.datasets.data_root`)
+``<data root>/mnist1d/mnist1d_<samples>_<test fraction>.npz`` (:func:`~fedclock.scenarios.data.datasets.data_root`)
 and read from there afterwards. The package seeds NumPy's and Python's global generators
 (``set_seed``); this module saves and restores both around the call, so nothing else in the
 process sees a changed global state.
