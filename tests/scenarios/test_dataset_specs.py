@@ -7,7 +7,7 @@ from typing import get_args
 
 import pytest
 
-from fedclock.scenarios import dataset_specs as specs
+from fedclock.scenarios.data import dataset_specs as specs
 from fedclock.scenarios.data.dataset_specs import DATASETS
 from fedclock.scenarios.data.leaf import _CONVERT
 from fedclock.scenarios.data.leaf_generate import WRITERS

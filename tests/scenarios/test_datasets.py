@@ -175,7 +175,7 @@ def test_synthetic_samples_are_each_clients_draws_in_client_order() -> None:
     equals drawing each client's samples (FedProx Synthetic, datasets.load_synthetic's docstring)
     and concatenating them, and the natural split is offsets into them, not an array per client."""
     from fedclock.actors.federation import ClientIndex
-    from fedclock.scenarios import datasets
+    from fedclock.scenarios.data import datasets
     from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
     cfg = DatasetConfig(name="synthetic", synthetic_samples=300, synthetic_features=6, synthetic_classes=3,
