@@ -59,18 +59,33 @@ import torch
 import torch.nn.functional as F
 
 from fedclock.actors.federation import ClientIndex
-from fedclock.scenarios.data.dataset_specs import DATASET_NAMES, DATASETS
+from fedclock.scenarios.data.dataset_specs import DATASET_NAMES, DATASETS, PublishedFiles
 from fedclock.scenarios.plugins import PluginError, find
 from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["Dataset", "DatasetError", "data_root", "load_dataset"]
+__all__ = ["Dataset", "DatasetError", "DomainSplit", "data_root", "download_files", "load_dataset",
+           "read_idx_files"]
 
 _SYNTHETIC_MIN_PER_CLIENT = 4
 
 
 class DatasetError(Exception):
     """One-line, user-facing message; names the file/folder and what to do."""
+
+
+@dataclass(frozen=True, eq=False)
+class DomainSplit:
+    """A multi-domain source's clients (:mod:`fedclock.scenarios.data.domains`): every
+    client's training samples, drawn within its domain, and the domain of every client and
+    sample."""
+
+    names: tuple[str, ...]
+    clients: tuple[np.ndarray, ...]
+    """Every client's indices into the training pool, before its own test split."""
+    client_domain: np.ndarray
+    train_domain: np.ndarray
+    test_domain: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +103,9 @@ class Dataset:
     natural_tests: tuple[np.ndarray, ...] | None = None
     """Client files only: every natural client's own test samples (indices into ``x_test``,
     which is their union)."""
+    domains: DomainSplit | None = None
+    """Multi-domain sources only: the clients as dealt to the domains; the federation keeps them
+    whatever ``dataset.partition`` says (the source applied it within each domain)."""
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -115,8 +133,8 @@ def load_dataset(cfg: DatasetConfig, seed: int, num_clients: int, plugin_dir: Pa
     spec = DATASETS.get(cfg.name)
     if spec is None:
         return _user_dataset(cfg, seed, num_clients, plugin_dir)
-    if spec.loader is None:  # pragma: no cover - the schema asks for dataset.format, the federation for domains
-        raise DatasetError(f"dataset.format: {cfg.name} is read from client files or by domains, not loaded whole")
+    if spec.loader is None:  # pragma: no cover - the schema asks for dataset.format
+        raise DatasetError(f"dataset.format: {cfg.name} is read from client files, not loaded whole")
     dataset: Dataset = spec.load_function()(cfg, seed, num_clients)
     return dataset
 
@@ -388,28 +406,31 @@ def _proportional(weights: np.ndarray, total: int, minimum: int) -> np.ndarray:
 # --------------------------------------------------------------------------- IDX (MNIST family)
 def _load_idx_family(cfg: DatasetConfig, root: Path
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """MNIST, Fashion-MNIST or EMNIST from their IDX files, after checking them."""
-    if cfg.name == "mnist":
-        title, folder, classes = "MNIST", "MNIST", 10
-        names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-    elif cfg.name == "fashion_mnist":
-        title, folder, classes = "Fashion-MNIST", "FashionMNIST", 10
-        names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-    else:
-        split = cfg.emnist_split
-        title, folder = f"EMNIST ({split})", "EMNIST"
-        classes = _EMNIST_CLASSES[split]
-        names = [f"emnist-{split}-{part}-{kind}-idx{nd}-ubyte"
-                 for part in ("train", "test") for kind, nd in (("images", 3), ("labels", 1))]
+    """MNIST, Fashion-MNIST or EMNIST from the IDX files its spec names, after checking them."""
+    return read_idx_files(_files(cfg).for_split(cfg.emnist_split), root, cfg.download)
+
+
+def _files(cfg: DatasetConfig) -> PublishedFiles:
+    """The published files ``cfg.name``'s spec names."""
+    files = DATASETS[cfg.name].files
+    assert files is not None, f"{cfg.name}'s spec names no files"
+    return files
+
+
+def read_idx_files(files: PublishedFiles, root: Path, download: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The training and test images (N, 1, H, W, unsigned bytes) and labels of ``files``
+    (an IDX dataset's, with its EMNIST split filled in) under ``root``, and its classes;
+    missing files are downloaded through torchvision with ``download``."""
+    title, folder, classes = files.title, files.folder, files.classes
+    names = [*files.train, *files.test]
     raw = root / folder / "raw"
     flat = not any(_present(raw / n) for n in names) and all(_present(root / n) for n in names)
     if flat:
         raw = root  # a flat folder holding the four files as published
     paths = [raw / n for n in names]
-    if cfg.download and not all(_present(p) for p in paths):
-        _download(title, root, lambda: _torchvision_idx(cfg, str(root)))
+    if download and not all(_present(p) for p in paths):
+        download_files(title, root, lambda: _torchvision_files(files, str(root)))
     sources = [_ensure_plain(p, title, root, in_memory=flat) for p in paths]
     dims = []
     for (img, lbl), (img_src, lbl_src) in zip(((paths[0], paths[1]), (paths[2], paths[3])),
@@ -423,29 +444,21 @@ def _load_idx_family(cfg: DatasetConfig, root: Path
         x = _read_idx(sources[k], dims[k])
         y = _read_idx(sources[k + 1], dims[k + 1]).to(torch.int64)
         train = k == 0
-        if cfg.name == "emnist":
+        if files.upright:
             x = x.transpose(1, 2)
-            if cfg.emnist_split == "letters":
+            if files.split == "letters":
                 y = y - 1
         _check_labels(y, classes, paths[1] if train else paths[3])
         tensors += [x.unsqueeze(1), y]
     return tensors[0], tensors[1], tensors[2], tensors[3], classes
 
 
-_EMNIST_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}
-"""Classes of each EMNIST split (``letters``: 26, its labels 1..26 shifted to 0..25), as in
-``torchvision.datasets.EMNIST.classes_split_dict``."""
-
-
-def _torchvision_idx(cfg: DatasetConfig, root: str) -> Any:
+def _torchvision_files(files: PublishedFiles, root: str) -> Any:
     """Download the dataset's files through torchvision (``dataset.download: true``)."""
     import torchvision.datasets as tvd
 
-    if cfg.name == "mnist":
-        return tvd.MNIST(root, train=True, download=True)
-    if cfg.name == "fashion_mnist":
-        return tvd.FashionMNIST(root, train=True, download=True)
-    return tvd.EMNIST(root, split=cfg.emnist_split, train=True, download=True)
+    split = {"split": files.split} if files.split else {}
+    return getattr(tvd, files.torchvision)(root, train=True, download=True, **split)
 
 
 def _read_idx(source: Path | bytes, dims: tuple[int, ...]) -> torch.Tensor:
@@ -520,7 +533,9 @@ def _check_idx(source: Path | bytes, ndim: int, path: Path) -> tuple[int, ...]:
     return dims
 
 
-def _download(title: str, root: Path, fetch: Callable[[], Any]) -> None:
+def download_files(title: str, root: Path, fetch: Callable[[], Any]) -> None:
+    """Run ``fetch`` (a torchvision download of ``title`` into ``root``), its failure a
+    :class:`DatasetError` of one line."""
     try:
         fetch()
     except (RuntimeError, OSError, ValueError) as err:
@@ -539,16 +554,13 @@ def _load_cifar(cfg: DatasetConfig, root: Path
     """CIFAR-10/100 python pickles, read here (download through torchvision)."""
     import torchvision.datasets as tvd
 
-    if cfg.name == "cifar10":
-        title, folder, tv_cls, classes, key = "CIFAR-10", "cifar-10-batches-py", tvd.CIFAR10, 10, "labels"
-        train_files = [f"data_batch_{i}" for i in range(1, 6)]
-        test_files = ["test_batch"]
-    else:
-        title, folder, tv_cls, classes, key = "CIFAR-100", "cifar-100-python", tvd.CIFAR100, 100, "fine_labels"
-        train_files, test_files = ["train"], ["test"]
+    published = _files(cfg)
+    title, folder, tv_cls, classes, key = (published.title, published.folder, getattr(tvd, published.torchvision),
+                                           published.classes, published.label_key)
+    train_files, test_files = list(published.train), list(published.test)
     base = root / folder
     if cfg.download and not all((base / f).is_file() for f in train_files + test_files):
-        _download(title, root, lambda: tv_cls(str(root), train=True, download=True))
+        download_files(title, root, lambda: tv_cls(str(root), train=True, download=True))
     for f in train_files + test_files:
         if not (base / f).is_file():
             raise DatasetError(f"dataset.root: {title} not found under {root} (expected {base / f}); "

@@ -1,6 +1,7 @@
 """Multi-domain federations: every client belongs to one style domain.
 
-Sources (``dataset.name``; domains in :data:`fedclock.scenarios.data.dataset_specs.DOMAINS`):
+Sources (``dataset.name``; each spec in :mod:`fedclock.scenarios.data.dataset_specs` names its
+loader here and its domains):
 
 * ``digit_styles`` — bundled scikit-learn digits in four generated styles: ``original``,
   ``inverted`` (1 - x), ``blurred`` (Gaussian blur, kernel 5, sigma 1 at 16 px, scaled
@@ -32,8 +33,10 @@ channel with the mean and standard deviation of the pooled training data of all 
 Clients ``k * g .. (k + 1) * g - 1`` belong to domain ``k`` (``g = num_clients /
 domains``, which must be a whole number); ``dataset.partition`` (``iid`` = the paper's
 "Ho", ``dirichlet`` with ``alpha`` = "He@alpha") splits each domain's pool among its
-group, and ``client_test_fraction`` of each client's share is its test split, as in
-:func:`~fedclock.scenarios.data.federation.build_federation`. All draws are seeded by
+group; the loader returns the clients so dealt (a :class:`~fedclock.scenarios.data.datasets.DomainSplit`)
+and :func:`~fedclock.scenarios.data.federation.build_federation`, the one builder of every
+federation, holds ``client_test_fraction`` of each client's share out as its test split (from
+its own stream, :data:`~fedclock.scheduling.rng.DataStream.DOMAIN_CLIENT_SPLIT`). All draws are seeded by
 (scenario seed, fixed stream ids). A single client (``num_clients: 1``) holds every
 domain's pool: the paper's Centralized baseline; its ``client_domain`` is
 :data:`ALL_DOMAINS`.
@@ -42,26 +45,24 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedclock.actors.federation import Federation
-from fedclock.scenarios.data.client_split import client_test_split
-from fedclock.scenarios.data.datasets import DatasetError, _download, data_root
-from fedclock.scenarios.data.dataset_specs import DOMAINS
+from fedclock.scenarios.data.dataset_specs import DATASETS, DOMAINS
+from fedclock.scenarios.data.datasets import (Dataset, DatasetError, DomainSplit, data_root, download_files,
+                                              read_idx_files)
 from fedclock.scenarios.data.partitions import partition_indices
 from fedclock.scenarios.schema import DatasetConfig, DomainsConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["ALL_DOMAINS", "DomainData", "build_domain_federation", "load_domains", "style_digits"]
+__all__ = ["ALL_DOMAINS", "DomainData", "load_digit_domains", "load_digit_styles", "load_image_folders",
+           "style_digits"]
 
 DomainData = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """One domain: train images (N, C, H, W) float in [0, 1], train labels, test images, test labels."""
-
-_FOLDERS = {"office_home": "OfficeHome", "adaptiope": "Adaptiope"}
 
 
 # --------------------------------------------------------------------------- styles
@@ -132,36 +133,45 @@ def _need(path: Path, what: str) -> None:
                            "dataset.download: true")
 
 
-def _digit_domain(cfg: DatasetConfig, name: str, root: Path) -> DomainData:
+def _mnist_domain(cfg: DatasetConfig, root: Path) -> DomainData:
+    """MNIST from the files its own spec names (:data:`~fedclock.scenarios.data.dataset_specs.DATASETS`)."""
+    side = cfg.image_size or 32
+    files = DATASETS["mnist"].files
+    assert files is not None
+    x_tr, y_tr, x_te, y_te, _ = read_idx_files(files, root, cfg.download)
+    return _to_rgb(x_tr / 255.0, side), y_tr.long(), _to_rgb(x_te / 255.0, side), y_te.long()
+
+
+def _usps_domain(cfg: DatasetConfig, root: Path) -> DomainData:
     import torchvision.datasets as tvd
 
     side = cfg.image_size or 32
-    if name == "mnist":
-        from fedclock.scenarios.data.datasets import _load_idx_family
-
-        x_tr, y_tr, x_te, y_te, _ = _load_idx_family(cfg.model_copy(update={"name": "mnist"}), root)
-        return _to_rgb(x_tr / 255.0, side), y_tr.long(), _to_rgb(x_te / 255.0, side), y_te.long()
-    if name == "usps":
-        folder = root / "USPS"
-        if cfg.download:
-            for train in (True, False):
-                _download("USPS", folder, partial(tvd.USPS, str(folder), train=train, download=True))
-        for f in ("usps.bz2", "usps.t.bz2"):
-            _need(folder / f, "USPS")
-        parts = []
+    folder = root / "USPS"
+    if cfg.download:
         for train in (True, False):
-            try:
-                ds = tvd.USPS(str(folder), train=train, download=False)
-            except Exception as err:  # torchvision raises several types for bad files
-                raise DatasetError(f"dataset.root: could not read USPS from {folder} ({type(err).__name__}); "
-                                   "replace the files") from err
-            parts += [torch.from_numpy(np.asarray(ds.data)).unsqueeze(1) / 255.0,
-                      torch.as_tensor(ds.targets, dtype=torch.int64)]
-        return _to_rgb(parts[0], side), parts[1], _to_rgb(parts[2], side), parts[3]
+            download_files("USPS", folder, partial(tvd.USPS, str(folder), train=train, download=True))
+    for f in ("usps.bz2", "usps.t.bz2"):
+        _need(folder / f, "USPS")
+    parts = []
+    for train in (True, False):
+        try:
+            ds = tvd.USPS(str(folder), train=train, download=False)
+        except Exception as err:  # torchvision raises several types for bad files
+            raise DatasetError(f"dataset.root: could not read USPS from {folder} ({type(err).__name__}); "
+                               "replace the files") from err
+        parts += [torch.from_numpy(np.asarray(ds.data)).unsqueeze(1) / 255.0,
+                  torch.as_tensor(ds.targets, dtype=torch.int64)]
+    return _to_rgb(parts[0], side), parts[1], _to_rgb(parts[2], side), parts[3]
+
+
+def _svhn_domain(cfg: DatasetConfig, root: Path) -> DomainData:
+    import torchvision.datasets as tvd
+
+    side = cfg.image_size or 32
     folder = root / "SVHN"
     if cfg.download:
         for split in ("train", "test"):
-            _download("SVHN", folder, partial(tvd.SVHN, str(folder), split=split, download=True))
+            download_files("SVHN", folder, partial(tvd.SVHN, str(folder), split=split, download=True))
     for f in ("train_32x32.mat", "test_32x32.mat"):
         _need(folder / f, "SVHN")
     parts = []
@@ -175,12 +185,20 @@ def _digit_domain(cfg: DatasetConfig, name: str, root: Path) -> DomainData:
     return _to_rgb(parts[0], side), parts[1], _to_rgb(parts[2], side), parts[3]
 
 
+_DIGIT_DOMAINS: dict[str, Callable[[DatasetConfig, Path], DomainData]] = {
+    "mnist": _mnist_domain, "usps": _usps_domain, "svhn": _svhn_domain}
+"""The reader of each of ``digit_domains``' domains (its spec's ``domains``, checked by
+``tests/scenarios/test_dataset_specs.py``)."""
+
+
 # --------------------------------------------------------------------------- ImageFolder (Office Home, Adaptiope)
 def _image_folder(cfg: DatasetConfig, names: Sequence[str], root: Path, seed: int) -> tuple[list[DomainData], int]:
     import torchvision.datasets as tvd
     from torchvision.transforms import v2
 
-    base = root / _FOLDERS[cfg.name]
+    files = DATASETS[cfg.name].files
+    assert files is not None, f"{cfg.name}'s spec names no folder"
+    base = root / files.folder
     side = cfg.image_size or 32
     transform = v2.Compose([v2.PILToTensor(), v2.Resize((side, side), antialias=True),
                             v2.ToDtype(torch.float32, scale=True)])
@@ -230,25 +248,37 @@ def _equal_size(available: int, size: int, rng: np.random.Generator) -> np.ndarr
     return np.sort(np.concatenate([np.tile(np.arange(available), repeats), rng.choice(available, rest, replace=False)]))
 
 
-def load_domains(cfg: DatasetConfig, seed: int) -> tuple[list[str], list[DomainData], int]:
-    """The selected domains' data in [0, 1] (before equalization and standardization)."""
-    dom = cfg.domains or DomainsConfig()
-    names = list(dom.names or DOMAINS[cfg.name])
-    if cfg.name == "digit_styles":
-        data, classes = _digit_styles(cfg, names, seed)
-    elif cfg.name == "digit_domains":
-        root = data_root(cfg)
-        data, classes = [_digit_domain(cfg, n, root) for n in names], 10
-    else:
-        data, classes = _image_folder(cfg, names, data_root(cfg), seed)
-    return names, data, classes
+def _domain_names(cfg: DatasetConfig) -> list[str]:
+    """The selected domains (``dataset.domains.names``, else the spec's, in its order)."""
+    return list((cfg.domains or DomainsConfig()).names or DOMAINS[cfg.name])
 
 
-def build_domain_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> Federation:
-    """A :class:`Federation` over a multi-domain source (see the module docstring), with
-    ``domain_names``, ``client_domain``, ``train_domain`` and ``test_domain`` filled in."""
+def load_digit_styles(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """``digit_styles``: the bundled digits dealt to the styles (module docstring)."""
+    names = _domain_names(cfg)
+    data, classes = _digit_styles(cfg, names, seed)
+    return _dealt(cfg, names, data, classes, seed, num_clients)
+
+
+def load_digit_domains(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """``digit_domains``: MNIST, USPS and SVHN (module docstring)."""
+    names = _domain_names(cfg)
+    root = data_root(cfg)
+    return _dealt(cfg, names, [_DIGIT_DOMAINS[n](cfg, root) for n in names], 10, seed, num_clients)
+
+
+def load_image_folders(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
+    """``office_home``, ``adaptiope``: one image folder per domain (module docstring)."""
+    names = _domain_names(cfg)
+    data, classes = _image_folder(cfg, names, data_root(cfg), seed)
+    return _dealt(cfg, names, data, classes, seed, num_clients)
+
+
+def _dealt(cfg: DatasetConfig, names: list[str], data: list[DomainData], classes: int, seed: int,
+           num_clients: int) -> Dataset:
+    """The domains brought to equal size, standardized and pooled, with their clients dealt
+    (module docstring); each client's test split is the federation builder's."""
     dom = cfg.domains or DomainsConfig()
-    names, data, classes = load_domains(cfg, seed)
     centralized = num_clients == 1
     if num_clients % len(names) and not centralized:
         raise DatasetError(f"population.num_clients: {num_clients} clients cannot be dealt equally to the "
@@ -275,31 +305,24 @@ def build_domain_federation(cfg: DatasetConfig, num_clients: int, seed: int) -> 
     x, x_test = ((x - mean) / std).contiguous(), ((x_test - mean) / std).contiguous()
     y = torch.cat(ys).to(torch.int64)
     train_domain = np.concatenate(dom_train)
-    split_rng = numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_CLIENT_SPLIT)
-    client_train: list[np.ndarray] = []
-    client_test: list[np.ndarray] = []
+    clients: list[np.ndarray] = []
     if centralized:
-        tr, te = client_test_split(np.arange(len(y)), cfg.client_test_fraction, split_rng)
-        return Federation(x=x, y=y, client_train=[tr], client_test=[te], x_test=x_test,
-                          y_test=torch.cat(yts).to(torch.int64), num_classes=classes, dataset_name=cfg.name,
-                          domain_names=tuple(names), client_domain=np.array([ALL_DOMAINS]),
-                          train_domain=train_domain, test_domain=np.concatenate(dom_test))
-    for k in range(len(names)):
-        members = np.flatnonzero(train_domain == k)
-        try:
-            parts = partition_indices(y.numpy()[members], per_domain, cfg.partition,
-                                      numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_PARTITION, k))
-        except ValueError as err:
-            raise DatasetError(str(err)) from err
-        for j, part in enumerate(parts):
-            if len(part) == 0:
-                raise DatasetError(f"population.num_clients: {per_domain} clients per domain leave client "
-                                   f"{k * per_domain + j} (domain {names[k]}) with no data; use fewer clients or "
-                                   "a larger dataset.domains.samples_per_domain")
-            tr, te = client_test_split(members[part], cfg.client_test_fraction, split_rng)
-            client_train.append(tr)
-            client_test.append(te)
-    return Federation(x=x, y=y, client_train=client_train, client_test=client_test, x_test=x_test,
-                      y_test=torch.cat(yts).to(torch.int64), num_classes=classes, dataset_name=cfg.name,
-                      domain_names=tuple(names), client_domain=np.repeat(np.arange(len(names)), per_domain),
-                      train_domain=train_domain, test_domain=np.concatenate(dom_test))
+        clients.append(np.arange(len(y)))
+        client_domain = np.array([ALL_DOMAINS])
+    else:
+        for k in range(len(names)):
+            members = np.flatnonzero(train_domain == k)
+            try:
+                parts = partition_indices(y.numpy()[members], per_domain, cfg.partition,
+                                          numpy_rng(seed, Stream.DATA, DataStream.DOMAIN_PARTITION, k))
+            except ValueError as err:
+                raise DatasetError(str(err)) from err
+            for j, part in enumerate(parts):
+                if len(part) == 0:
+                    raise DatasetError(f"population.num_clients: {per_domain} clients per domain leave client "
+                                       f"{k * per_domain + j} (domain {names[k]}) with no data; use fewer clients "
+                                       "or a larger dataset.domains.samples_per_domain")
+                clients.append(members[part])
+        client_domain = np.repeat(np.arange(len(names)), per_domain)
+    split = DomainSplit(tuple(names), tuple(clients), client_domain, train_domain, np.concatenate(dom_test))
+    return Dataset(cfg.name, x, y, x_test, torch.cat(yts).to(torch.int64), classes, domains=split)

@@ -1,7 +1,10 @@
 """The federation: per-client train/test index arrays over one shared training pool.
 
-:func:`build_federation` loads the dataset, splits the training pool among clients (a
-label-based partition, or the dataset's own client split for ``natural``), then holds out
+:func:`build_federation` is the one place a :class:`Federation` is built, for every kind of
+dataset. It loads the dataset (a loader of the registry, a user's, a client-file reader, a
+multi-domain source), splits the training pool among clients (a label-based partition, the
+dataset's own client split for ``natural``, or a multi-domain source's clients as it dealt
+them to its domains), then holds out
 ``client_test_fraction`` of every client's samples as that client's own test split (a
 plain seeded shuffle; with ``client_test_fraction: 0`` clients keep every sample for
 training and have no test split, so only global accuracy is measured). With ``pool:
@@ -24,7 +27,6 @@ import torch
 from fedclock.actors.federation import ClientIndex, Federation
 from fedclock.scenarios.data.client_files import load_client_files
 from fedclock.scenarios.data.client_split import client_test_sizes, client_test_split
-from fedclock.scenarios.data.dataset_specs import DOMAINS
 from fedclock.scenarios.data.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.data.partitions import partition_indices
 from fedclock.scenarios.data.partition_config import NaturalPartition
@@ -40,22 +42,21 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
 
     Raises :class:`DatasetError` (one line naming the scenario field) when files are
     missing or broken, when the partition cannot be drawn, or when a client would be left
-    without training data. Multi-domain sources go to
-    :func:`~fedclock.scenarios.data.domains.build_domain_federation`.
+    without training data.
     """
-    if cfg.name in DOMAINS:
-        from fedclock.scenarios.data.domains import build_domain_federation
-
-        return build_domain_federation(cfg, num_clients, seed)
     ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else \
         load_dataset(cfg, seed, num_clients, plugin_dir)
     if ds.natural_tests is not None and ds.natural_clients is not None:
         return _with_own_tests(ds)
-    if isinstance(cfg.partition, NaturalPartition):
+    split_stream = DataStream.CLIENT_SPLIT
+    parts: Sequence[np.ndarray]
+    if ds.domains is not None:  # dealt within each domain by the source (dataset.partition applied there)
+        parts, split_stream = ds.domains.clients, DataStream.DOMAIN_CLIENT_SPLIT
+    elif isinstance(cfg.partition, NaturalPartition):
         if ds.natural_clients is None or len(ds.natural_clients) != num_clients:
             raise DatasetError(f"dataset.partition: {cfg.name} has no natural split into {num_clients} clients; "
                                "use another partition type")
-        parts: Sequence[np.ndarray] = ds.natural_clients if isinstance(ds.natural_clients, ClientIndex) else \
+        parts = ds.natural_clients if isinstance(ds.natural_clients, ClientIndex) else \
             [np.asarray(p, dtype=np.int64) for p in ds.natural_clients]  # a ClientIndex hands out one view at a time
     else:
         if ds.y_train.dim() > 1 and cfg.partition.type != "iid":
@@ -66,7 +67,7 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
             parts = partition_indices(ds.y_train.numpy(), num_clients, cfg.partition, rng)
         except ValueError as err:
             raise DatasetError(str(err)) from err
-    rng = numpy_rng(seed, Stream.DATA, DataStream.CLIENT_SPLIT)
+    rng = numpy_rng(seed, Stream.DATA, split_stream)
     # written straight into flat arrays (ClientIndex) of their final size: no train and test
     # array per client, and no larger array to copy them out of
     sizes = parts.sizes() if isinstance(parts, ClientIndex) else \
@@ -89,8 +90,13 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
     if cfg.pool == "all":
         pooled_test = torch.from_numpy(np.sort(test.flat))
         x_test, y_test = ds.x_train[pooled_test], ds.y_train[pooled_test]
+    if ds.domains is None:
+        return Federation(x=ds.x_train, y=ds.y_train, client_train=train, client_test=test,
+                          x_test=x_test, y_test=y_test, num_classes=ds.num_classes, dataset_name=ds.name)
     return Federation(x=ds.x_train, y=ds.y_train, client_train=train, client_test=test,
-                      x_test=x_test, y_test=y_test, num_classes=ds.num_classes, dataset_name=ds.name)
+                      x_test=x_test, y_test=y_test, num_classes=ds.num_classes, dataset_name=ds.name,
+                      domain_names=ds.domains.names, client_domain=ds.domains.client_domain,
+                      train_domain=ds.domains.train_domain, test_domain=ds.domains.test_domain)
 
 
 def _with_own_tests(ds: Dataset) -> Federation:
