@@ -27,7 +27,7 @@ def one(users: int) -> None:
     import numpy as np
 
     from fedclock.scenarios.data.client_files import natural_dataset
-    from fedclock.scenarios.data.federation import _with_own_tests
+    from fedclock.scenarios.data.federation import with_own_tests
     from fedclock.scenarios.schema import DatasetConfig
     from fedclock.scenarios.data.user_data import UserData
 
@@ -36,7 +36,7 @@ def one(users: int) -> None:
     made = [UserData(f"u{i}", rng.normal(size=(2, 60)).astype(np.float32), rng.integers(0, 10, 2),
                      rng.normal(size=(1, 60)).astype(np.float32), rng.integers(0, 10, 1)) for i in range(users)]
     tracemalloc.start()
-    fed = _with_own_tests(natural_dataset(cfg, made, 10, 0, users, Path("memory")))
+    fed = with_own_tests(natural_dataset(cfg, made, 10, 0, users, Path("memory")))
     del made
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -48,11 +48,11 @@ def one(users: int) -> None:
 def read_generated(users: int) -> None:
     """Seconds to generate and read a LEAF file of ``users`` users through the reader."""
     from fedclock.scenarios.data.leaf import read_leaf
-    from fedclock.scenarios.data.leaf_generate import write_leaf
+    from fedclock.scenarios.data.leaf_generate import synthetic_samples, write_leaf
     from fedclock.scenarios.schema import GeneratedFiles
 
     with tempfile.TemporaryDirectory() as tmp:
-        write_leaf(Path(tmp), "synthetic_leaf", GeneratedFiles(users=users, mean_samples=4), 0)
+        write_leaf(Path(tmp), synthetic_samples, GeneratedFiles(users=users, mean_samples=4), 0)
         start = time.perf_counter()
         read_leaf("synthetic_leaf", Path(tmp))
         print(f"read {users} LEAF users (JSON, ~5 samples each): {time.perf_counter() - start:.2f} s")

@@ -3,7 +3,10 @@
 Cross-device benchmarks ship one data set per user (writer, speaking role, ...): LEAF's
 JSON folders (:mod:`fedclock.scenarios.data.leaf`), TensorFlow Federated's HDF5 files
 (:mod:`fedclock.scenarios.data.tff_h5`) and FedScale's ``client_data_mapping`` CSVs
-(:mod:`fedclock.scenarios.data.fedscale_csv`). Each reader returns the users in file order, each
+(:mod:`fedclock.scenarios.data.fedscale_csv`). Each format is a reader class
+(:class:`~fedclock.scenarios.data.user_data.ClientFileReader`), each dataset read in it a
+subclass, and the dataset's spec names the class for every format
+(``DatasetSpec.readers``). Each reader returns the users in file order, each
 with its own train and test samples (:class:`UserData`); :func:`natural_dataset` turns them
 into one :class:`~fedclock.scenarios.data.datasets.Dataset`:
 
@@ -48,18 +51,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedclock.scenarios.data.dataset_specs import DATASETS
 from fedclock.scenarios.data.datasets import Dataset, DatasetError, data_root
-from fedclock.scenarios.data.fedscale_csv import read_fedscale_csv
-from fedclock.scenarios.data.leaf import read_leaf
-from fedclock.scenarios.data.leaf_generate import write_leaf
 from fedclock.scenarios.data.partition_config import NaturalPartition
+from fedclock.scenarios.data.user_data import ClientFileReader, UserData
 from fedclock.scenarios.schema import DatasetConfig
-from fedclock.scenarios.data.stackoverflow_generate import write_stackoverflow
-from fedclock.scenarios.data.tff_h5 import read_tff_h5
-from fedclock.scenarios.data.user_data import UserData
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["UserData", "files_root", "load_client_files", "natural_dataset"]
+__all__ = ["ClientFileReader", "UserData", "files_root", "load_client_files", "natural_dataset"]
 
 
 def files_root(cfg: DatasetConfig) -> Path:
@@ -72,32 +71,25 @@ def files_root(cfg: DatasetConfig) -> Path:
 
 def load_client_files(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     """Read ``cfg.format`` files (or generate them, ``cfg.generate``) into a dataset with a
-    natural split. Raises :class:`DatasetError` (one line naming the file) on a bad file."""
+    natural split, with the reader class the dataset's spec names for the format. Raises
+    :class:`DatasetError` (one line naming the file) on a bad file."""
+    assert cfg.format is not None
+    reader: ClientFileReader = DATASETS[cfg.name].reader(cfg.format)
     if cfg.generate is not None:
         with tempfile.TemporaryDirectory(prefix="fedclock-generated-") as tmp:
-            if cfg.format == "tff_h5":
-                write_stackoverflow(Path(tmp), cfg.generate, seed)
-            else:
-                write_leaf(Path(tmp), cfg.name, cfg.generate, seed)
-            return _read(cfg, Path(tmp), seed, num_clients)
-    return _read(cfg, files_root(cfg), seed, num_clients)
+            reader.write(Path(tmp), cfg.generate, seed)
+            return _read(reader, cfg, Path(tmp), seed, num_clients)
+    return _read(reader, cfg, files_root(cfg), seed, num_clients)
 
 
-def _read(cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Dataset:
-    if cfg.format == "leaf":
-        users, classes = read_leaf(cfg.name, root)
-    elif cfg.format == "tff_h5":
-        natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
-        if natural is not None:
-            part = natural
-            users, classes = read_tff_h5(cfg.name, root, lambda train, test: _chosen(train, test, part, seed, root),
-                                         natural.max_train_per_client)
-            return natural_dataset(cfg, users, classes, seed, num_clients, root, selected=True)
-        users, classes = read_tff_h5(cfg.name, root)
-    elif cfg.format == "fedscale_csv":
-        users, classes = read_fedscale_csv(cfg.name, root)
-    else:  # pragma: no cover - the schema's literal is closed
-        raise DatasetError(f"dataset.format: unknown format {cfg.format!r}")
+def _read(reader: ClientFileReader, cfg: DatasetConfig, root: Path, seed: int, num_clients: int) -> Dataset:
+    natural = cfg.partition if isinstance(cfg.partition, NaturalPartition) else None
+    if natural is not None and reader.reads_users_first:
+        part = natural
+        users, classes = reader.users(root, lambda train, test: _chosen(train, test, part, seed, root),
+                                      natural.max_train_per_client)
+        return natural_dataset(cfg, users, classes, seed, num_clients, root, selected=True)
+    users, classes = reader.users(root)
     return natural_dataset(cfg, users, classes, seed, num_clients, root)
 
 

@@ -33,7 +33,7 @@ from fedclock.scenarios.data.partition_config import NaturalPartition
 from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["Federation", "build_federation"]
+__all__ = ["Federation", "build_federation", "with_own_tests"]
 
 
 def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir: Path | None = None) -> Federation:
@@ -47,7 +47,7 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
     ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else \
         load_dataset(cfg, seed, num_clients, plugin_dir)
     if ds.natural_tests is not None and ds.natural_clients is not None:
-        return _with_own_tests(ds)
+        return with_own_tests(ds)
     split_stream = DataStream.CLIENT_SPLIT
     parts: Sequence[np.ndarray]
     if ds.domains is not None:  # dealt within each domain by the source (dataset.partition applied there)
@@ -99,7 +99,7 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
                       train_domain=ds.domains.train_domain, test_domain=ds.domains.test_domain)
 
 
-def _with_own_tests(ds: Dataset) -> Federation:
+def with_own_tests(ds: Dataset) -> Federation:
     """Client files with a natural split: every client keeps its own train and test samples
     (:mod:`fedclock.scenarios.data.client_files`); the test samples sit after the training pool in
     the shared tensors, and the global test set is their union."""

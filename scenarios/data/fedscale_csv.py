@@ -19,30 +19,53 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
+from fedclock.scenarios.data.dataset_specs import DATASETS
 from fedclock.scenarios.data.datasets import DatasetError
-from fedclock.scenarios.data.leaf import FEMNIST_CLASSES
-from fedclock.scenarios.data.user_data import UserData
+from fedclock.scenarios.data.leaf_tasks import FEMNIST_CLASSES
+from fedclock.scenarios.data.user_data import Choose, ClientFileReader, UserData
 
-__all__ = ["COLUMNS", "read_fedscale_csv"]
+__all__ = ["COLUMNS", "FedScaleCsvReader", "FemnistCsv", "read_fedscale_csv"]
 
 COLUMNS = ("client_id", "sample_path", "label_name", "label_id")
 """The header of a ``client_data_mapping`` CSV."""
 
 
+class FedScaleCsvReader(ClientFileReader):
+    """FedScale's ``client_data_mapping`` CSVs beside the sample images (module docstring); a
+    subclass per dataset gives its number of classes."""
+
+    classes: ClassVar[int] = 0
+    """Its number of classes: every ``label_id`` lies in 0..classes-1."""
+
+    def users(self, root: Path, choose: Choose | None = None,
+              max_train: int | None = None) -> tuple[list[UserData], int]:
+        """Every client of ``train.csv`` (first appearance order) with its ``test.csv`` samples;
+        test-only clients last. Returns the users and the number of classes."""
+        mapping = root / "client_data_mapping"
+        train, test = (_read_csv(mapping / f"{part}.csv", root, self.classes) for part in ("train", "test"))
+        users = [UserData(cid, x, y, *test.pop(cid, (x[:0], y[:0]))) for cid, (x, y) in train.items()]
+        users += [UserData(cid, x[:0], y[:0], x, y) for cid, (x, y) in test.items()]
+        return users, self.classes
+
+
+class FemnistCsv(FedScaleCsvReader):
+    """FEMNIST: 28x28 grey sample images, 62 classes."""
+
+    classes = FEMNIST_CLASSES
+
+
 def read_fedscale_csv(name: str, root: Path) -> tuple[list[UserData], int]:
-    """Every client of ``train.csv`` (first appearance order) with its ``test.csv`` samples;
-    test-only clients last. Returns the users and the number of classes."""
-    mapping = root / "client_data_mapping"
-    train, test = (_read_csv(mapping / f"{part}.csv", root) for part in ("train", "test"))
-    users = [UserData(cid, x, y, *test.pop(cid, (x[:0], y[:0]))) for cid, (x, y) in train.items()]
-    users += [UserData(cid, x[:0], y[:0], x, y) for cid, (x, y) in test.items()]
-    return users, FEMNIST_CLASSES
+    """Dataset ``name``'s FedScale files under ``root`` (the reader its spec names,
+    :meth:`FedScaleCsvReader.users`)."""
+    reader: FedScaleCsvReader = DATASETS[name].reader("fedscale_csv")
+    return reader.users(root)
 
 
-def _read_csv(path: Path, root: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _read_csv(path: Path, root: Path, classes: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     if not path.is_file():
         raise DatasetError(f"dataset.root: {path} does not exist (FedScale's layout: "
                            "client_data_mapping/train.csv and test.csv beside the sample files)")
@@ -58,8 +81,8 @@ def _read_csv(path: Path, root: Path) -> dict[str, tuple[np.ndarray, np.ndarray]
                     label = int(row["label_id"])
                 except (TypeError, ValueError):
                     raise DatasetError(f"{path}: line {line}: label_id {row['label_id']!r} is not an integer") from None
-                if not 0 <= label < FEMNIST_CLASSES:
-                    raise DatasetError(f"{path}: line {line}: label_id {label} outside 0..{FEMNIST_CLASSES - 1}")
+                if not 0 <= label < classes:
+                    raise DatasetError(f"{path}: line {line}: label_id {label} outside 0..{classes - 1}")
                 if not row["client_id"] or not row["sample_path"]:
                     raise DatasetError(f"{path}: line {line}: empty client_id or sample_path")
                 rows.setdefault(row["client_id"], []).append((_sample(root, row["sample_path"], path, line), label))

@@ -47,22 +47,20 @@ import re
 from collections import Counter
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
+from fedclock.scenarios.data.dataset_specs import DATASETS
 from fedclock.scenarios.data.datasets import DatasetError
-from fedclock.scenarios.data.user_data import UserData
+from fedclock.scenarios.data.leaf_tasks import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW, letter_indices
+from fedclock.scenarios.data.user_data import Choose, ClientFileReader, UserData
 
-__all__ = ["LEAF_LETTERS", "FEMNIST_CLASSES", "SENT140_WORDS", "SENT140_VOCAB", "CELEBA_SIDE", "CELEBA_IMAGES",
-           "read_leaf", "letter_indices", "split_words"]
+if TYPE_CHECKING:
+    from fedclock.scenarios.schema import GeneratedFiles
 
-LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
-"""LEAF's Shakespeare vocabulary, in its order (80 characters)."""
-FEMNIST_CLASSES = 62
-"""Digits, upper- and lower-case letters."""
-WINDOW = 80
-"""Characters of a Shakespeare input."""
+__all__ = ["SENT140_WORDS", "SENT140_VOCAB", "CELEBA_SIDE", "CELEBA_IMAGES", "CelebaLeaf", "FemnistLeaf",
+           "LeafReader", "Sent140Leaf", "ShakespeareLeaf", "SyntheticLeaf", "read_leaf", "split_words"]
 
 SENT140_WORDS = 25
 """Words of a Sent140 input (LEAF's ``max_words``)."""
@@ -74,19 +72,6 @@ CELEBA_SIDE = 84
 CELEBA_IMAGES = Path("raw") / "img_align_celeba"
 """Where CelebA's images are, relative to ``dataset.root``."""
 _WORD = re.compile(r"[\w']+|[.,!?;]")
-
-_TABLE = np.full(0x10000, -1, dtype=np.int64)
-_TABLE[[ord(c) for c in LEAF_LETTERS]] = np.arange(len(LEAF_LETTERS))
-
-
-def letter_indices(text: str) -> np.ndarray:
-    """Indices of ``text``'s characters in :data:`LEAF_LETTERS` (-1 for any other)."""
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    out = np.full(len(codes), -1, dtype=np.int64)
-    small = codes < len(_TABLE)
-    out[small] = _TABLE[codes[small]]
-    return out
-
 
 class _Bad(Exception):
     """What is wrong with one user's samples (the caller adds the file and user)."""
@@ -191,42 +176,118 @@ def _labels(y: list, classes: int | None) -> np.ndarray:
     return ys
 
 
-_CONVERT: dict[str, Callable[[list, list], tuple[np.ndarray, np.ndarray]]] = {
-    "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _vectors, "sent140": _sent140}
+Convert = Callable[[list, list], tuple[np.ndarray, np.ndarray]]
+"""A user's ``x`` and ``y`` lists as input and label arrays (raises :class:`_Bad`)."""
+
+
+class LeafReader(ClientFileReader):
+    """LEAF's JSON folders ``train/`` and ``test/`` (module docstring); a subclass per dataset
+    says how its samples convert and how many classes it has."""
+
+    classes: ClassVar[int | None] = None
+    """Its number of classes; None: the largest label found + 1 (at least 2)."""
+
+    def convert(self, root: Path) -> Convert:
+        """How a user's samples under ``root`` convert."""
+        raise NotImplementedError
+
+    def finish(self, users: list[UserData]) -> list[UserData]:
+        """The users once every file is read (all of them are needed, as for Sent140's vocabulary)."""
+        return users
+
+    def users(self, root: Path, choose: Choose | None = None,
+              max_train: int | None = None) -> tuple[list[UserData], int]:
+        """Every user of ``root/train`` and ``root/test`` (train users first, in file order, then
+        users found only in test files) and the number of classes."""
+        convert = self.convert(root)
+        train = _read_folder(root, "train", convert)
+        test = _read_folder(root, "test", convert)
+        users: list[UserData] = []
+        for user, (x, y) in train.items():
+            xt, yt = test.pop(user, (x[:0], y[:0]))
+            users.append(UserData(user, x, y, xt, yt))
+        for user, (xt, yt) in test.items():
+            users.append(UserData(user, xt[:0], yt[:0], xt, yt))
+        users = self.finish(users)
+        shapes = {u.x_train.shape[1:] if len(u.y_train) else u.x_test.shape[1:] for u in users}
+        if len(shapes) > 1:
+            raise DatasetError(f"dataset.root: the users under {root} have samples of different shapes "
+                               f"({', '.join(str(s) for s in sorted(shapes))})")
+        if self.classes is not None:
+            return users, self.classes
+        classes = max(int(u.y_train.max(initial=0)) for u in users) + 1
+        return users, max(classes, max(int(u.y_test.max(initial=0)) for u in users) + 1, 2)
+
+
+class FemnistLeaf(LeafReader):
+    """FEMNIST: 784 numbers per sample, read as (1, 28, 28) images, 62 classes."""
+
+    classes = FEMNIST_CLASSES
+
+    def convert(self, root: Path) -> Convert:
+        return _femnist
+
+    def write(self, root: Path, generate: GeneratedFiles, seed: int) -> None:
+        from fedclock.scenarios.data.leaf_generate import femnist_samples, write_leaf
+
+        write_leaf(root, femnist_samples, generate, seed)
+
+
+class ShakespeareLeaf(LeafReader):
+    """Shakespeare: 80-character windows and the next character, over LEAF's 80 letters."""
+
+    classes = len(LEAF_LETTERS)
+
+    def convert(self, root: Path) -> Convert:
+        return _shakespeare
+
+    def write(self, root: Path, generate: GeneratedFiles, seed: int) -> None:
+        from fedclock.scenarios.data.leaf_generate import shakespeare_samples, write_leaf
+
+        write_leaf(root, shakespeare_samples, generate, seed)
+
+
+class SyntheticLeaf(LeafReader):
+    """LEAF's Synthetic data set: vectors, classes from the labels found."""
+
+    def convert(self, root: Path) -> Convert:
+        return _vectors
+
+    def write(self, root: Path, generate: GeneratedFiles, seed: int) -> None:
+        from fedclock.scenarios.data.leaf_generate import synthetic_samples, write_leaf
+
+        write_leaf(root, synthetic_samples, generate, seed)
+
+
+class Sent140Leaf(LeafReader):
+    """Sentiment140: tweets as word indices over the training tweets' vocabulary, 2 classes."""
+
+    classes = 2
+
+    def convert(self, root: Path) -> Convert:
+        return _sent140
+
+    def finish(self, users: list[UserData]) -> list[UserData]:
+        return _index_words(users)
+
+
+class CelebaLeaf(LeafReader):
+    """CelebA: image file names under ``<root>/raw/img_align_celeba``, smiling or not."""
+
+    classes = 2
+
+    def convert(self, root: Path) -> Convert:
+        return partial(_celeba, root / CELEBA_IMAGES)
 
 
 def read_leaf(name: str, root: Path) -> tuple[list[UserData], int]:
-    """Every user of ``root/train`` and ``root/test`` (train users first, in file order, then
-    users found only in test files) and the number of classes."""
-    convert = partial(_celeba, root / CELEBA_IMAGES) if name == "celeba" else _CONVERT[name]
-    train = _read_folder(root, "train", convert)
-    test = _read_folder(root, "test", convert)
-    users: list[UserData] = []
-    for user, (x, y) in train.items():
-        xt, yt = test.pop(user, (x[:0], y[:0]))
-        users.append(UserData(user, x, y, xt, yt))
-    for user, (xt, yt) in test.items():
-        users.append(UserData(user, xt[:0], yt[:0], xt, yt))
-    if name == "sent140":
-        users = _index_words(users)
-    shapes = {u.x_train.shape[1:] if len(u.y_train) else u.x_test.shape[1:] for u in users}
-    if len(shapes) > 1:
-        raise DatasetError(f"dataset.root: the users under {root} have samples of different shapes "
-                           f"({', '.join(str(s) for s in sorted(shapes))})")
-    if name == "femnist":
-        classes = FEMNIST_CLASSES
-    elif name == "shakespeare":
-        classes = len(LEAF_LETTERS)
-    elif name in ("sent140", "celeba"):
-        classes = 2
-    else:
-        classes = max(int(u.y_train.max(initial=0)) for u in users) + 1
-        classes = max(classes, max(int(u.y_test.max(initial=0)) for u in users) + 1, 2)
-    return users, classes
+    """Every user of dataset ``name``'s LEAF files under ``root`` and the number of classes
+    (the reader its spec names, :meth:`LeafReader.users`)."""
+    reader: LeafReader = DATASETS[name].reader("leaf")
+    return reader.users(root)
 
 
-def _read_folder(root: Path, part: str, convert: Callable[[list, list], tuple[np.ndarray, np.ndarray]]
-                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _read_folder(root: Path, part: str, convert: Convert) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     folder = root / part
     if not folder.is_dir():
         raise DatasetError(f"dataset.root: {root} has no {part}/ folder (LEAF's layout: train/*.json and "
@@ -244,8 +305,7 @@ def _read_folder(root: Path, part: str, convert: Callable[[list, list], tuple[np
     return out
 
 
-def _read_file(path: Path, convert: Callable[[list, list], tuple[np.ndarray, np.ndarray]]
-               ) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+def _read_file(path: Path, convert: Convert) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
     try:
         with open(path, encoding="utf-8") as f:
             data: Any = json.load(f)

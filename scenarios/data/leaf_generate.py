@@ -28,18 +28,21 @@ from typing import Callable
 
 import numpy as np
 
-from fedclock.scenarios.data.leaf import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW
+from fedclock.scenarios.data.leaf_tasks import FEMNIST_CLASSES, LEAF_LETTERS, WINDOW
 from fedclock.scenarios.schema import GeneratedFiles
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
-__all__ = ["write_leaf"]
+__all__ = ["Samples", "femnist_samples", "shakespeare_samples", "synthetic_samples", "write_leaf"]
+
+Samples = Callable[[np.random.Generator, np.ndarray], list[tuple[list, list]]]
+"""Every user's ``x`` and ``y`` lists, given the generator and the users' sizes."""
 
 
-def write_leaf(folder: Path, name: str, cfg: GeneratedFiles, seed: int) -> None:
-    """Write ``folder/train/all_data_train.json`` and ``folder/test/all_data_test.json``."""
+def write_leaf(folder: Path, make: Samples, cfg: GeneratedFiles, seed: int) -> None:
+    """Write ``folder/train/all_data_train.json`` and ``folder/test/all_data_test.json`` of the
+    users ``make`` draws (each dataset's reader passes its own, ``LeafReader.write``)."""
     rng = numpy_rng(seed, Stream.DATA, DataStream.GENERATE)
     sizes = np.maximum(4, np.round(cfg.mean_samples * rng.lognormal(0.0, 0.8, cfg.users))).astype(int)
-    make = WRITERS[name]
     parts: dict[str, dict] = {p: {"users": [], "num_samples": [], "user_data": {}} for p in ("train", "test")}
     for u, (x, y) in enumerate(make(rng, sizes)):
         user = f"u{u:05d}"
@@ -55,7 +58,7 @@ def write_leaf(folder: Path, name: str, cfg: GeneratedFiles, seed: int) -> None:
             json.dump(data, f)
 
 
-def _femnist(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
+def femnist_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
     grid = np.stack(np.meshgrid(np.arange(28), np.arange(28), indexing="ij"), -1).astype(np.float64)
     protos = np.zeros((FEMNIST_CLASSES, 28, 28))
     for c in range(FEMNIST_CLASSES):
@@ -76,7 +79,7 @@ def _femnist(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, li
     return users
 
 
-def _shakespeare(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
+def shakespeare_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     vocab = ["".join(rng.choice(letters, int(rng.integers(2, 8)))) for _ in range(300)]
     users = []
@@ -94,7 +97,7 @@ def _shakespeare(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list
     return users
 
 
-def _synthetic(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
+def synthetic_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
     shared = rng.normal(0, 1, (10, 60))
     users = []
     for n in sizes:
@@ -103,8 +106,3 @@ def _synthetic(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, 
         y = np.argmax(x @ w.T, axis=1)
         users.append((x.tolist(), [int(v) for v in y]))
     return users
-
-
-WRITERS: dict[str, Callable[[np.random.Generator, np.ndarray], list[tuple[list, list]]]] = {
-    "femnist": _femnist, "shakespeare": _shakespeare, "synthetic_leaf": _synthetic}
-"""The datasets ``dataset.generate`` writes (``GENERATED`` in :mod:`fedclock.scenarios.data.dataset_specs`)."""

@@ -9,11 +9,12 @@ import pytest
 
 from fedclock.scenarios.data import dataset_specs as specs
 from fedclock.scenarios.data.dataset_specs import DATASETS
-from fedclock.scenarios.data.leaf import _CONVERT
-from fedclock.scenarios.data.leaf_generate import WRITERS
+from fedclock.scenarios.data.fedscale_csv import FedScaleCsvReader
+from fedclock.scenarios.data.leaf import LeafReader
 from fedclock.scenarios.loader import ScenarioError, validate_scenario
 from fedclock.scenarios.schema import DatasetConfig, DatasetName, FileFormat
-from fedclock.scenarios.data.tff_h5 import TFF_FILES
+from fedclock.scenarios.data.tff_h5 import TffH5Reader
+from fedclock.scenarios.data.user_data import ClientFileReader
 
 
 def _names(flag: str) -> tuple[str, ...]:
@@ -40,11 +41,38 @@ def test_the_derived_lists_are_the_registry() -> None:
     assert all((s.loader is not None) or bool(s.formats) != bool(s.domains) for s in DATASETS.values())
 
 
-def test_the_readers_tables_agree_with_the_registry() -> None:
-    assert set(_CONVERT) | {"celeba"} == set(specs.FORMAT_DATASETS["leaf"])
-    assert set(TFF_FILES) == set(specs.FORMAT_DATASETS["tff_h5"])
-    assert set(WRITERS) == set(specs.GENERATED["leaf"])
+FORMAT_READERS = {"leaf": LeafReader, "tff_h5": TffH5Reader, "fedscale_csv": FedScaleCsvReader}
+
+
+@pytest.mark.parametrize("name", specs.FILE_DATASETS + ("cifar100",))
+def test_every_format_a_spec_names_has_its_reader_class(name: str) -> None:
+    spec = DATASETS[name]
+    assert spec.formats
+    for fmt in specs.FILE_FORMATS:
+        if fmt not in spec.formats:
+            with pytest.raises(ValueError, match=f"{name} is not read from {fmt} files"):
+                spec.reader(fmt)
+            continue
+        reader = spec.reader(fmt)
+        assert isinstance(reader, FORMAT_READERS[fmt]) and isinstance(reader, ClientFileReader)
+        assert type(reader) is not FORMAT_READERS[fmt]  # a class of its own, holding what differs
+        assert type(reader).writes() == (name in specs.GENERATED[fmt])
     assert specs.GENERATED["tff_h5"] == ("stackoverflow",)  # stackoverflow_generate writes only its files
+
+
+def test_no_reader_class_is_named_by_two_datasets() -> None:
+    paths = [path for spec in DATASETS.values() for _, path in spec.readers]
+    assert len(paths) == len(set(paths))
+
+
+def test_every_image_loader_reads_the_files_its_spec_names() -> None:
+    published = {name: spec.files for name, spec in DATASETS.items() if spec.files is not None}
+    assert set(published) == {"mnist", "fashion_mnist", "emnist", "cifar10", "cifar100", "office_home", "adaptiope"}
+    emnist = published["emnist"].for_split("letters")
+    assert (emnist.title, emnist.classes, emnist.split, emnist.upright) == ("EMNIST (letters)", 26, "letters", True)
+    assert emnist.train == ("emnist-letters-train-images-idx3-ubyte", "emnist-letters-train-labels-idx1-ubyte")
+    assert published["mnist"].for_split("letters") is published["mnist"]
+    assert published["mnist"].test == ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
 @pytest.mark.parametrize("name", [n for n, s in DATASETS.items() if s.loader is not None])

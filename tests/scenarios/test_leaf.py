@@ -16,7 +16,7 @@ import yaml
 from fedclock.scenarios.cli import main
 from fedclock.scenarios.data.datasets import DatasetError
 from fedclock.scenarios.data.federation import build_federation
-from fedclock.scenarios.data.leaf import LEAF_LETTERS
+from fedclock.scenarios.data.leaf_tasks import LEAF_LETTERS
 from fedclock.scenarios.schema import DatasetConfig
 from tests.scenarios.one_line import one_line_error
 

@@ -14,7 +14,7 @@ import yaml
 from PIL import Image
 
 from fedclock.scenarios.data.federation import build_federation
-from fedclock.scenarios.data.leaf import LEAF_LETTERS
+from fedclock.scenarios.data.leaf_tasks import LEAF_LETTERS
 from fedclock.scenarios.schema import DatasetConfig
 from tests.scenarios.one_line import one_line_error
 
