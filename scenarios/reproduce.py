@@ -67,10 +67,11 @@ import yaml
 from fedclock.scenarios.api import execute, load, resolve_path
 from fedclock.scenarios.checkpoints import fingerprint
 from fedclock.scenarios import provenance
-from fedclock.scenarios.claim_stats import (ALPHA, CENSORED, CONFIDENCE, IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR,
-                                            Assessment, Paired, assess, expected_false_holds, holm, size_words)
-from fedclock.scenarios.claims import (ACCURACY_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set, metric_kind,
-                                       scoring)
+from fedclock.scenarios.claim_stats import (ALPHA, CANNOT_TELL, CENSORED, CONFIDENCE, DOES_NOT_HOLD, HOLDS,
+                                            IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR, Assessment, Paired, assess,
+                                            expected_false_holds, holm, size_words)
+from fedclock.scenarios.claims import (ACCURACY_COLUMN, SERVER_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set,
+                                       metric_kind, scoring)
 from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
@@ -381,6 +382,13 @@ def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> t
     is censored: +inf). Rows without the accuracy are skipped."""
     metric = claim.metric if metric is None else metric
     kind = metric_kind(metric)
+    if kind == "server":
+        column = SERVER_COLUMN[metric]
+        values = metrics[column].dropna() if column in metrics else metrics.iloc[0:0]
+        if len(values) == 0:
+            raise ClaimError(f"claim {claim.id}: the run has no {column} (an algorithm of the client-momentum family "
+                             "records it: fedcm, mofedsam, fedmrur and its ablations)")
+        return float(values.to_numpy(dtype=float).mean()), True
     column = ACCURACY_COLUMN[kind]
     rows = metrics.dropna(subset=[column]) if column in metrics else metrics.iloc[0:0]
     if rows.empty:
@@ -678,6 +686,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
              *header, "", f"Paper: {claim_set.paper}", ""]
     if claim_set.notes:
         lines += [claim_set.notes.strip(), ""]
+    lines += not_holding_lines(outcomes)
     lines += [
         f"**{len(outcomes)} rows, {tested} tested** (identical runs are not). Each test runs at one-sided level "
         f"{ALPHA}, so chance alone would give on average {tested} × {ALPHA} = "
@@ -700,7 +709,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         "against our interval, and ours / paper; \"a wide factor\" is a ratio of at least "
         f"{WIDE_FACTOR:g} or at most 1/{WIDE_FACTOR:g} with the paper's effect outside the interval, written "
         "\"Nx the paper's size\". Accuracies in % points, rounds in server versions, time in virtual seconds, "
-        "CKA x 100. The rule is `scenarios/claim_stats.py`.", "",
+        "CKA x 100, norm gains as ratios. The rule is `scenarios/claim_stats.py`.", "",
         "| claim | paper (source) | metric | scoring | A | B | ours A | ours B | pairing | A − B [95 % CI] | "
         "detectable | verdict | size (paper's effect) | Holm p |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -770,6 +779,30 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
     return "\n".join(lines)
 
 
+NO_REASON = "*no reason written in the claim set (`why_not:`)*"
+"""What the header says for a row that does not hold and whose claim gives no ``why_not``."""
+
+
+def not_holding(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The rows whose verdict is not *holds* (does not hold, cannot tell, identical), in order."""
+    return [o for o in outcomes if o.verdict != HOLDS]
+
+
+def not_holding_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """The header's list of the rows that do not hold, each with its claim's ``why_not``
+    sentence (:data:`NO_REASON` where the claim gives none), grouped by verdict."""
+    rows = not_holding(outcomes)
+    if not rows:
+        return [f"**Every one of the {len(outcomes)} rows holds.**", ""]
+    lines = [f"**Rows that do not hold: {len(rows)} of {len(outcomes)}**, and why:", ""]
+    for verdict in (DOES_NOT_HOLD, CANNOT_TELL, IDENTICAL):
+        group = [o for o in rows if o.verdict == verdict]
+        if group:
+            lines.append(f"- *{verdict}* ({len(group)}):")
+            lines += [f"  - `{o.claim.id}`: {o.claim.why_not.strip() or NO_REASON}" for o in group]
+    return lines + [""]
+
+
 def _scoring_text(c: Claim) -> str:
     a, b = scoring(c.metric), scoring(c.metric_of_b)
     return a if a == b else f"A: {a}; B: {b}"
@@ -833,21 +866,22 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     c = o.claim
     if c.metric.startswith("cka_"):
         return plot_cka(o, out, seeds, path)
-    column = ACCURACY_COLUMN.get(metric_kind(c.metric), "global_accuracy")
+    column = SERVER_COLUMN.get(c.metric) or ACCURACY_COLUMN.get(metric_kind(c.metric), "global_accuracy")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name in [c.a] + ([c.b] if c.b is not None else []):
         frames = [_metrics(o.setting.run_dir(out, name, s)).dropna(subset=[column]) for s in range(seeds)]
         versions = sorted(set.intersection(*(set(f["version"]) for f in frames)))
         curves = np.array([f.drop_duplicates("version", keep="last").set_index("version").loc[versions, column]
-                           for f in frames], dtype=float) * 100
+                           for f in frames], dtype=float) * c.scale
         mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1)
         ax.plot(versions, mean, label=f"{name} (n={seeds})")
         ax.fill_between(versions, mean - std, mean + std, alpha=0.2)
     if c.reference is not None:
-        ax.axhline(c.reference * 100, color="grey", linestyle="--", label="paper")
+        ax.axhline(c.reference * c.scale, color="grey", linestyle="--", label="paper")
     ax.set_xlabel("server version")
-    ax.set_ylabel({"personal_accuracy_mean": "mean personalized", "adapted_accuracy_mean": "mean adapted"}.get(
-        column, "global") + " accuracy (%)")
+    ax.set_ylabel({"personal_accuracy_mean": "mean personalized accuracy (%)",
+                   "adapted_accuracy_mean": "mean adapted accuracy (%)",
+                   "update_norm_gain": "update norm gain (mean norm / norm of mean)"}.get(column, "global accuracy (%)"))
     return _save_claim_plot(fig, ax, c, path)
 
 
