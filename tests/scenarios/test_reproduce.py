@@ -13,8 +13,8 @@ from fedclock.scenarios import provenance
 from fedclock.scenarios.claim_stats import CANNOT_TELL, DOES_NOT_HOLD, HOLDS, IDENTICAL, Assessment
 from fedclock.scenarios.claims import Claim, ClaimError, load_claim_set, scoring, shipped_families
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.reproduce import (NO_REASON, Outcome, cka_metric, measure, measure_linear, not_holding_lines,
-                                          report_number)
+from fedclock.scenarios.reproduce import (NO_REASON, Outcome, cka_metric, final_values, measure, measure_linear,
+                                          not_holding_lines, report_number, run_metric_rows)
 
 from .one_line import one_line_error, run_cli
 
@@ -91,6 +91,7 @@ def test_tiny_family_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"| {scoring('final_global')} |" in rows[0] and "| paired |" in rows[0]
     assert "(ablation)" in rows[2] and "| single cell against the paper's number |" in rows[2]
     assert "runs made at another commit" not in text.lower()  # every run made at this commit
+    assert "own run metrics" not in text  # FedAvg reports no global-body motion: no such section
     assert (report / "tiny_trains.png").stat().st_size > 0
     seeds = sorted(p.name for p in out.glob("tiny-*/trained/seed_*"))
     assert seeds == ["seed_0", "seed_1", "seed_2"]
@@ -349,6 +350,31 @@ def test_shipped_claim_sets_load() -> None:
         setting_tables(claim_set, path, plan(claim_set, path, 2))
     with pytest.raises(ClaimError):
         load_claim_set("definitely/not/a/file.yaml")
+
+
+def test_final_run_metrics_by_hand(tmp_path: Path) -> None:
+    """The last non-NaN value of each column per seed, then mean ± std (ddof 1) over the seeds:
+    drift 0.1, 0.3 -> 0.2 ± 0.14; change 0.02, 0.04 -> 0.03 ± 0.014; a run without the columns
+    gives no row."""
+    frames = {0: {"version": [0, 5, 10], "global_body_drift": [0.0, 0.05, 0.1],
+                  "global_body_change": [float("nan"), 0.03, 0.02]},
+              1: {"version": [0, 5, 10], "global_body_drift": [0.0, 0.2, 0.3],
+                  "global_body_change": [float("nan"), 0.05, 0.04]}}
+    assert final_values(pd.DataFrame(frames[0])) == {"global_body_drift": 0.1, "global_body_change": 0.02}
+    assert final_values(pd.DataFrame({"version": [0], "global_body_change": [float("nan")]})) == {}
+
+    class Stub:
+        key, names = "file-abc", {"reco", "plain"}
+
+        def run_dir(self, out: Path, name: str, seed: int) -> Path:
+            return out / name / f"seed_{seed}"
+
+    for seed, frame in frames.items():
+        for name, data in (("reco", frame), ("plain", {"version": [0, 10], "global_accuracy": [0.1, 0.5]})):
+            (tmp_path / name / f"seed_{seed}").mkdir(parents=True)
+            pd.DataFrame(data).to_parquet(tmp_path / name / f"seed_{seed}" / "metrics.parquet")
+    rows = run_metric_rows([Stub()], tmp_path, 2)  # type: ignore[list-item]
+    assert rows == ["| `file-abc` | `reco` | 10 | 0.2 ± 0.14 | 0.03 ± 0.014 |"]
 
 
 def _outcome(claim_id: str, verdict: str, why_not: str = "") -> Outcome:
