@@ -28,6 +28,11 @@ class ActorLost(Exception):
     checkpoints (:class:`ServerLost`), or a client executor that kept dying on the same task."""
 
 
+class ActorUnplaced(ActorLost):
+    """A lost actor's replacement did not start within ``runtime.respawn_timeout_s`` (no node
+    has room for it: a node of the cluster was lost); :mod:`fedclock.actors.respawn`."""
+
+
 class ServerLost(ActorLost):
     """The server actor died. With ``output.checkpoint_every`` the run restarts from its last
     checkpoint on a fresh server actor (:func:`fedclock.scenarios.experiment.run_scenario`);
