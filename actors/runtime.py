@@ -183,9 +183,10 @@ class Runtime:
         ``fit``: a run from a checkpoint, which takes as many executors as the cluster fits)."""
         self._ready()
         count = default_num_actors(cfg, federation.num_clients, self.cpus)
-        fitted = fitted_count(cfg, count, self.cpus, self.on_note) if fit and self.backend == "ray" else count
-        if fitted != count:
+        if fit and self.backend == "ray" and (fitted := fitted_count(cfg, count, self.cpus, self.on_note)) != count:
             count, cfg = fitted, cfg.model_copy(update={"placement": "pooled", "num_actors": fitted})
+            self._kill(self._pool[count:])  # alive or dead, they hold the room a replacement may need
+            del self._pool[count:]
         if self.backend == "ray" and count * cfg.num_cpus > self.cpus + 1e-9:
             raise ResourceError(
                 f"runtime.num_cpus: {count} client actors x {cfg.num_cpus:g} CPUs need "
