@@ -105,6 +105,17 @@ def regularizer_warnings(name: str, body: nn.Module) -> list[str]:
     return found
 
 
+def norm_gain(updates: torch.Tensor) -> float:
+    """How much FedMRUR's normalized aggregation lengthens the plain mean's step for these
+    stacked updates: ``mean_p ||u_p|| / ||mean_p u_p||`` (Sec. 3.2, Fig. 2: client p's
+    contribution rises from ``||u_p|| cos theta_p`` to ``||u_p||``). At least 1 (triangle
+    inequality); 1 when the updates are parallel, ``sqrt(P)`` for ``P`` orthogonal updates of
+    equal norm; NaN when the mean is zero."""
+    mean_norm = float(torch.linalg.vector_norm(updates, dim=1).mean())
+    norm = float(torch.linalg.vector_norm(updates.mean(dim=0)))
+    return mean_norm / norm if norm > 0 else float("nan")
+
+
 def normalized_aggregate(updates: torch.Tensor) -> torch.Tensor:
     """FedMRUR's normalized aggregation of stacked updates (one row per client):
     ``(mean_p ||u_p||) * sum_p u_p / ||sum_p u_p||``; zero when the sum is zero."""
@@ -154,7 +165,13 @@ class ClientMomentum(FedAvgWithServerVector):
         momentum = -step / tau if tau > 0 else torch.zeros_like(step)
         new_weights = weights + self.server_lr_at(state.version) * step
         return state.evolve(tensors={**state.tensors, "weights": new_weights, "momentum": momentum},
-                            extra=dict(state.extra)), True
+                            extra={**state.extra, "update_norm_gain": norm_gain(deltas)}), True
+
+    def server_metrics(self, state: ServerState) -> dict[str, float]:
+        """``update_norm_gain``: :func:`norm_gain` of the latest aggregation's ``Delta_p``, for
+        the plain mean too (what normalization would have lengthened it by); NaN before the
+        first aggregation."""
+        return {**super().server_metrics(state), "update_norm_gain": state.extra.get("update_norm_gain", float("nan"))}
 
     # ------------------------------------------------------------------ client
     def to(self, device: torch.device | str) -> "ClientMomentum":

@@ -41,6 +41,9 @@ FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``)
       ablation: true                       # mark the row as an ablation (component off)
       seeds: 10                            # this claim's seed count (default the set's; --seeds
                                            # overrides both): only its own runs get the extra seeds
+      why_not: "..."                       # one sentence: why the row does not hold at the scale run
+                                           # (the report's header lists every row that does not
+                                           # hold with it; written after seeing the verdict)
 
 The margin (:meth:`Claim.margin_for`; every report prints the rule): a directional claim
 with ``paper_effect`` uses half of |paper_effect| unless it gives ``margin``, which may not
@@ -75,6 +78,9 @@ Metrics (``metric:``), each per (run, seed) from ``metrics.parquet``:
   at the first (similarity rises with training); the mean CKA of every layer but the last
   minus the last layer's at the last measured version (the classifier stays apart). Shown
   as CKA x 100; a claim with ``plot: true`` draws CKA against layer per measured version.
+* ``norm_gain``: the mean over the run's evaluations of ``update_norm_gain``, how much
+  FedMRUR's normalized aggregation lengthens the plain mean of the client updates (Sec. 3.2,
+  Fig. 2; :func:`fedclock.algorithms.momentum.norm_gain`), a ratio shown as is.
 
 A claim compares A with B paired by seed (same partition and initial model: both come from
 the scenario seed only, see :mod:`fedclock.scenarios.federation` and
@@ -105,7 +111,7 @@ METRICS = ("final_global", "final_personal", "final_adapted", "auc_global", "auc
            "rounds_to_target_personal", "time_to_target_personal",
            "linear_generalization", "linear_transfer", "linear_personalization", "linear_personalization_swapped",
            "linear_personalization_zero", "linear_personalization_content", "cka_depth_drop", "cka_rise",
-           "cka_head_gap")
+           "cka_head_gap", "norm_gain")
 """The metrics a claim may compare."""
 
 Metric = Literal["final_global", "final_personal", "final_adapted", "auc_global", "auc_personal", "auc_adapted",
@@ -113,7 +119,7 @@ Metric = Literal["final_global", "final_personal", "final_adapted", "auc_global"
                  "time_to_target", "rounds_to_target_personal", "time_to_target_personal", "linear_generalization",
                  "linear_transfer", "linear_personalization",
                  "linear_personalization_swapped", "linear_personalization_zero",
-                 "linear_personalization_content", "cka_depth_drop", "cka_rise", "cka_head_gap"]
+                 "linear_personalization_content", "cka_depth_drop", "cka_rise", "cka_head_gap", "norm_gain"]
 Direction = Literal["greater", "less", "equal"]
 Pairing = Literal["paired", "unpaired"]
 
@@ -123,6 +129,7 @@ SCORING = {
     "adapted": "every method adapted by the same local steps",
     "linear": "a linear probe on the frozen encoder",
     "cka": "CKA of each client's local model against the global model",
+    "server": "the server's aggregation of the client updates",
 }
 """What a metric scores (:func:`scoring`), by kind."""
 
@@ -130,9 +137,14 @@ ACCURACY_COLUMN = {"global": "global_accuracy", "personal": "personal_accuracy_m
                    "adapted": "adapted_accuracy_mean"}
 """The ``metrics.parquet`` column an accuracy metric reads, by kind."""
 
+SERVER_COLUMN = {"norm_gain": "update_norm_gain"}
+"""The ``metrics.parquet`` column a server metric (kind ``server``) averages over the run."""
+
 
 def metric_kind(metric: str) -> str:
-    """``global``, ``personal``, ``adapted``, ``linear`` or ``cka``: what the metric scores."""
+    """``global``, ``personal``, ``adapted``, ``linear``, ``cka`` or ``server``: what the metric scores."""
+    if metric in SERVER_COLUMN:
+        return "server"
     if metric.startswith(("linear_", "cka_")):
         return metric.split("_", 1)[0]
     for kind in ("personal", "adapted"):
@@ -202,9 +214,14 @@ class Claim(BaseModel):
     seeds: int | None = Field(None, ge=2, le=100)
     """This claim's seed count (its runs get seeds 0..n-1; default the set's ``seeds:``; ``--seeds``
     overrides both): a row whose paired spread needs more seeds than the rest of the set."""
+    why_not: str = ""
+    """One sentence: why this row does not hold (or cannot tell, or is identical) at the scale
+    run; the report's header lists every such row with it (:func:`fedclock.scenarios.reproduce.report_text`)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Claim:
+        if "\n" in self.why_not.strip():
+            raise ValueError("why_not: one sentence on one line (got several lines)")
         if _counts(self.metric) and self.target is None:
             raise ValueError(f"metric {self.metric} needs target: (an accuracy in (0, 1])")
         if self.target is not None and not 0 < self.target <= 1:
@@ -259,7 +276,7 @@ class Claim(BaseModel):
     @property
     def scale(self) -> float:
         """Factor from the metric's value to the unit shown (accuracies in %)."""
-        return 1.0 if _counts(self.metric) else 100.0
+        return 1.0 if _counts(self.metric) or self.metric in SERVER_COLUMN else 100.0
 
 
 def _counts(metric: str) -> bool:
@@ -268,6 +285,8 @@ def _counts(metric: str) -> bool:
 
 
 def _unit(metric: str) -> str:
+    if metric in SERVER_COLUMN:
+        return "ratio"
     if metric.startswith("cka_"):
         return "CKA x 100"
     if _counts(metric):

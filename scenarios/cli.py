@@ -400,13 +400,16 @@ def _compare(dirs: Sequence[Path], targets: Sequence[float], out: Path | None, m
 
 def _reproduce(args: argparse.Namespace) -> int:
     """``fedclock reproduce``: :func:`fedclock.scenarios.reproduce.reproduce`, one line per job run."""
-    from fedclock.scenarios.reproduce import reproduce
+    from fedclock.scenarios.reproduce import not_holding, reproduce
 
     path, outcomes = reproduce(args.family, args.seeds, args.jobs, args.out, args.report,
                                on_done=lambda job: print(f"  ran {job.out_dir}", flush=True), sets=args.overrides,
                                allow_dirty=args.allow_dirty)
     for o in outcomes:
         print(f"{o.claim.id}: {o.verdict}")
+    unexplained = [o.claim.id for o in not_holding(outcomes) if not o.claim.why_not.strip()]
+    if unexplained:
+        print(f"rows that do not hold without a why_not: sentence in the claim set: {', '.join(unexplained)}")
     print(f"report: {path}")
     return 0
 

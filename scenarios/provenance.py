@@ -10,8 +10,8 @@ A dirty tree is described by a short sha256 of ``git diff HEAD`` followed by the
 files' names (:attr:`SourceState.diff_hash`), so two reports made from the same changes say
 the same hash. ``run.json`` records :func:`run_commit` for each run
 (:mod:`fedclock.scenarios.runstatus`); ``fedclock reproduce`` lists reused runs made at
-another commit and whether the algorithm files differ between the two commits
-(:func:`algorithms_differ`).
+another commit and the algorithm files that differ between the two commits
+(:func:`algorithm_changes`).
 """
 from __future__ import annotations
 
@@ -105,11 +105,18 @@ def run_commit() -> str:
     return state.commit + (" +dirty" if state.clean is False else "")
 
 
-def algorithms_differ(root: Path, first: str, second: str) -> bool | None:
-    """Whether ``algorithms/`` differs between two commits of the checkout at ``root``
-    (``git diff --quiet``); None when git cannot tell (an unknown commit, no git)."""
+def algorithm_changes(root: Path, first: str, second: str) -> list[str] | None:
+    """The files under ``algorithms/`` that differ between two commits of the checkout at
+    ``root`` (``git diff --name-only``; empty: none); None when git cannot tell (an unknown
+    commit, no git)."""
     try:
-        done = _git(root, "diff", "--quiet", first, second, "--", "algorithms")
+        done = _git(root, "diff", "--name-only", first, second, "--", "algorithms")
     except OSError:
         return None
-    return {0: False, 1: True}.get(done.returncode)
+    return sorted(done.stdout.split()) if done.returncode == 0 else None
+
+
+def algorithms_differ(root: Path, first: str, second: str) -> bool | None:
+    """Whether ``algorithms/`` differs between two commits (:func:`algorithm_changes`)."""
+    changes = algorithm_changes(root, first, second)
+    return None if changes is None else bool(changes)

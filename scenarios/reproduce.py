@@ -68,10 +68,11 @@ import yaml
 from fedclock.scenarios.api import execute, load, resolve_path
 from fedclock.scenarios.checkpoints import fingerprint
 from fedclock.scenarios import provenance
-from fedclock.scenarios.claim_stats import (ALPHA, CENSORED, CONFIDENCE, IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR,
-                                            Assessment, Paired, assess, expected_false_holds, holm, size_words)
-from fedclock.scenarios.claims import (ACCURACY_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set, metric_kind,
-                                       scoring)
+from fedclock.scenarios.claim_stats import (ALPHA, CANNOT_TELL, CENSORED, CONFIDENCE, DOES_NOT_HOLD, HOLDS,
+                                            IDENTICAL, POWER, UNPAIRED, WIDE_FACTOR, Assessment, Paired, assess,
+                                            expected_false_holds, holm, size_words)
+from fedclock.scenarios.claims import (ACCURACY_COLUMN, SERVER_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set,
+                                       metric_kind, scoring)
 from fedclock.scenarios.loader import Suite
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
@@ -400,6 +401,13 @@ def measure(metrics: pd.DataFrame, claim: Claim, metric: str | None = None) -> t
     is censored: +inf). Rows without the accuracy are skipped."""
     metric = claim.metric if metric is None else metric
     kind = metric_kind(metric)
+    if kind == "server":
+        column = SERVER_COLUMN[metric]
+        values = metrics[column].dropna() if column in metrics else metrics.iloc[0:0]
+        if len(values) == 0:
+            raise ClaimError(f"claim {claim.id}: the run has no {column} (an algorithm of the client-momentum family "
+                             "records it: fedcm, mofedsam, fedmrur and its ablations)")
+        return float(values.to_numpy(dtype=float).mean()), True
     column = ACCURACY_COLUMN[kind]
     rows = metrics.dropna(subset=[column]) if column in metrics else metrics.iloc[0:0]
     if rows.empty:
@@ -558,7 +566,8 @@ def is_generated_report(path: Path, report_dir: Path) -> bool:
 def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) -> list[str]:
     """The report's provenance: the commit and whether the tree is clean (with the diff's hash
     and the untracked files when not), and the runs made at another commit (their ``run.json``)
-    with whether the algorithm files differ between that commit and this one."""
+    with the algorithm files that differ between that commit and this one (a reader can see
+    whether the runs use them)."""
     if not state.is_git:
         lines = [f"Source: {state.commit} (not a git checkout: whether it has local changes is unknown)."]
     elif state.clean:
@@ -579,10 +588,14 @@ def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) ->
             lines.append(f"- {len(dirs)} reused run(s) record no commit (made by an older fedclock).")
             continue
         sha = made.removesuffix(" +dirty")
-        differ = provenance.algorithms_differ(state.root, sha, state.commit) if state.root is not None else None
-        words = {True: "its algorithm files (`algorithms/`) differ from this commit's",
-                 False: "same algorithm files (`algorithms/`) as this commit",
-                 None: "whether its algorithm files differ is unknown"}[differ]
+        changes = provenance.algorithm_changes(state.root, sha, state.commit) if state.root is not None else None
+        if changes is None:
+            words = "whether its algorithm files differ is unknown"
+        elif changes:
+            words = ("its algorithm files (`algorithms/`) differ from this commit's in "
+                     + ", ".join(f"`{name}`" for name in changes))
+        else:
+            words = "same algorithm files (`algorithms/`) as this commit"
         dirty = " (from a work tree with changes)" if made.endswith(" +dirty") else ""
         lines.append(f"- {len(dirs)} reused run(s) made at `{sha[:10]}`{dirty}: {words}.")
     if len(lines) > 1:
@@ -654,6 +667,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
              *header, "", f"Paper: {claim_set.paper}", ""]
     if claim_set.notes:
         lines += [claim_set.notes.strip(), ""]
+    lines += not_holding_lines(outcomes)
     lines += [
         f"**{len(outcomes)} rows, {tested} tested** (identical runs are not). Each test runs at one-sided level "
         f"{ALPHA}, so chance alone would give on average {tested} × {ALPHA} = "
@@ -679,7 +693,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         "against our interval, and ours / paper; \"a wide factor\" is a ratio of at least "
         f"{WIDE_FACTOR:g} or at most 1/{WIDE_FACTOR:g} with the paper's effect outside the interval, written "
         "\"Nx the paper's size\". Accuracies in % points, rounds in server versions, time in virtual seconds, "
-        "CKA x 100. The rule is `scenarios/claim_stats.py`.", "",
+        "CKA x 100, norm gains as ratios. The rule is `scenarios/claim_stats.py`.", "",
         "| claim | paper (source) | metric | scoring | A | B | ours A | ours B | pairing | A − B [95 % CI] | "
         "detectable | verdict | size (paper's effect) | Holm p |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -687,7 +701,7 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         c = o.claim
         k = c.scale
         b_text = f"`{c.b}`" if c.b is not None else f"ref. {c.reference * k:g}" if c.reference is not None else ""
-        lines.append("| " + " | ".join([
+        lines.append("| " + " | ".join(cell(t) for t in [
             f"{c.id}{' (ablation)' if c.ablation else ''}", f"{c.paper} ({c.source})", _metric_text(c),
             _scoring_text(c), f"`{c.a}`", b_text, _ours(o.a, c), _ours(o.b, c) if o.b is not None else "–",
             _pairing(o), _difference(o), _shown(o.stats.detectable, c) if o.stats is not None else "–",
@@ -701,8 +715,8 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
                       + (f", paper: {table.source}" if table.source else ""), "",
                       f"Setting: {_setting_text(table.setting)}", "",
                       "| field | paper (source) | ours | differs | note |", "|---|---|---|---|---|"]
-            lines += [f"| {r.field} | {r.paper} | {r.ours} | "
-                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {r.note} |"
+            lines += [f"| {cell(r.field)} | {cell(r.paper)} | {cell(r.ours)} | "
+                      f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {cell(r.note)} |"
                       for r in table.rows]
             lines.append("")
     lines += ["", "## Claims", ""]
@@ -741,6 +755,35 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
             lines += ["", f"![{c.id}]({plots[c.id].name})"]
         lines.append("")
     return "\n".join(lines)
+
+
+def cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a ``|`` of its own (a norm ``||x||``) escaped."""
+    return str(text).replace("|", "\\|")
+
+
+NO_REASON = "*no reason written in the claim set (`why_not:`)*"
+"""What the header says for a row that does not hold and whose claim gives no ``why_not``."""
+
+
+def not_holding(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The rows whose verdict is not *holds* (does not hold, cannot tell, identical), in order."""
+    return [o for o in outcomes if o.verdict != HOLDS]
+
+
+def not_holding_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """The header's list of the rows that do not hold, each with its claim's ``why_not``
+    sentence (:data:`NO_REASON` where the claim gives none), grouped by verdict."""
+    rows = not_holding(outcomes)
+    if not rows:
+        return [f"**Every one of the {len(outcomes)} rows holds.**", ""]
+    lines = [f"**Rows that do not hold: {len(rows)} of {len(outcomes)}**, and why:", ""]
+    for verdict in (DOES_NOT_HOLD, CANNOT_TELL, IDENTICAL):
+        group = [o for o in rows if o.verdict == verdict]
+        if group:
+            lines.append(f"- *{verdict}* ({len(group)}):")
+            lines += [f"  - `{o.claim.id}`: {o.claim.why_not.strip() or NO_REASON}" for o in group]
+    return lines + [""]
 
 
 def _scoring_text(c: Claim) -> str:
@@ -806,21 +849,23 @@ def plot_claim(o: Outcome, out: Path, seeds: int, path: Path) -> Path:
     c = o.claim
     if c.metric.startswith("cka_"):
         return plot_cka(o, out, seeds, path)
-    column = ACCURACY_COLUMN.get(metric_kind(c.metric), "global_accuracy")
+    column = SERVER_COLUMN.get(c.metric) or ACCURACY_COLUMN.get(metric_kind(c.metric), "global_accuracy")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name in [c.a] + ([c.b] if c.b is not None else []):
         frames = [_metrics(o.setting.run_dir(out, name, s)).dropna(subset=[column]) for s in range(seeds)]
         versions = sorted(set.intersection(*(set(f["version"]) for f in frames)))
         curves = np.array([f.drop_duplicates("version", keep="last").set_index("version").loc[versions, column]
-                           for f in frames], dtype=float) * 100
+                           for f in frames], dtype=float) * c.scale
         mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1)
         ax.plot(versions, mean, label=f"{name} (n={seeds})")
         ax.fill_between(versions, mean - std, mean + std, alpha=0.2)
     if c.reference is not None:
-        ax.axhline(c.reference * 100, color="grey", linestyle="--", label="paper")
+        ax.axhline(c.reference * c.scale, color="grey", linestyle="--", label="paper")
     ax.set_xlabel("server version")
-    ax.set_ylabel({"personal_accuracy_mean": "mean personalized", "adapted_accuracy_mean": "mean adapted"}.get(
-        column, "global") + " accuracy (%)")
+    ax.set_ylabel({"personal_accuracy_mean": "mean personalized accuracy (%)",
+                   "adapted_accuracy_mean": "mean adapted accuracy (%)",
+                   "update_norm_gain": "update norm gain (mean norm / norm of mean)"}.get(
+        column, "global accuracy (%)"))
     return _save_claim_plot(fig, ax, c, path)
 
 

@@ -70,6 +70,7 @@ METRICS_SCHEMA = pa.schema([
     ("dp_clip", pa.float64()),
     ("participation_jain", pa.float64()), ("never_picked_fraction", pa.float64()),
     ("data_seen_fraction", pa.float64()), ("wasted_compute_s", pa.float64()), ("tasks_cancelled", pa.int64()),
+    ("update_norm_gain", pa.float64()),
 ])
 
 CLIENTS_SCHEMA = pa.schema([

@@ -83,19 +83,23 @@ def assert_within(actual: np.ndarray, expected: np.ndarray, atol: float, what: s
 def widest_reduction(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int) -> tuple[int, int]:
     """``(products, reduction)`` of one SGD step of ``model`` on batches of ``batch`` samples of
     ``input_shape``: three products per linear or convolution layer (output, input gradient,
-    weight gradient), and the longest sum among them: a linear layer's ``in_features``, a
-    convolution's ``in_channels / groups * kernel area``, and each weight gradient's sum over
-    the batch (times a convolution's output positions, bounded by the input's)."""
+    weight gradient), and the longest sum among them: a linear layer's output sums over
+    ``in_features`` and its input gradient over ``out_features``; a convolution's output over
+    ``in_channels / groups * kernel area`` and its input gradient over ``out_channels / groups
+    * kernel area``; each weight gradient sums over the batch (times a convolution's output
+    positions, bounded by the input's). The same widths :func:`run_bounds` takes for an MLP
+    (input, hidden and class widths, and the batch)."""
     area = int(np.prod(input_shape[1:])) if len(input_shape) > 1 else 1
     layers, widest = 0, batch
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             layers += 1
-            widest = max(widest, module.in_features)
+            widest = max(widest, module.in_features, module.out_features)
         elif isinstance(module, torch.nn.Conv2d):
             layers += 1
             kh, kw = module.kernel_size
-            widest = max(widest, module.in_channels // module.groups * kh * kw, batch * area)
+            fan = max(module.in_channels, module.out_channels) // module.groups * kh * kw
+            widest = max(widest, fan, batch * area)
     return 3 * layers, widest
 
 

@@ -21,7 +21,7 @@ from fedclock.algorithms.hyperbolic import feature_sq_distance, lorentz_inner, l
     manifold_regularizer
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.mofedsam import MoFedSAM, MoFedSAMParams
-from fedclock.algorithms.momentum import NonFiniteUpload, normalized_aggregate, regularizer_warnings
+from fedclock.algorithms.momentum import NonFiniteUpload, norm_gain, normalized_aggregate, regularizer_warnings
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.sam import sam_grad_fn
 from fedclock.algorithms.scaffold import Scaffold, ScaffoldParams
@@ -256,9 +256,24 @@ def test_normalized_aggregation_by_hand() -> None:
         step = -0.3 * torch.tensor([1.0, 2.0]) / math.sqrt(5)
         torch.testing.assert_close(new.tensors["weights"], torch.tensor([1.0, 1.0]) + step)
         torch.testing.assert_close(new.tensors["momentum"], -step / 0.2)
+        # the norm gain: mean norm 0.3 over the mean's norm |[-0.1, -0.2]| = 0.1 sqrt 5
+        assert alg.server_metrics(new)["update_norm_gain"] == pytest.approx(3 / math.sqrt(5))
     alg_h = FedMRURH(FedMRURParams(lr=0.1, local_steps=2), TINY)  # plain mean
+    assert math.isnan(alg_h.server_metrics(momentum_state())["update_norm_gain"])  # no aggregation yet
     new, _ = alg_h.receive(momentum_state(), momentum_arrivals(), gen())
     torch.testing.assert_close(new.tensors["momentum"], torch.tensor([0.5, 1.0]))
+    # the plain mean records the gain normalization would have given
+    assert alg_h.server_metrics(new)["update_norm_gain"] == pytest.approx(3 / math.sqrt(5))
+
+
+def test_norm_gain_by_hand() -> None:
+    """Parallel updates gain 1; P orthogonal updates of equal norm gain sqrt(P); opposite
+    updates (a zero mean) have no gain (NaN)."""
+    assert norm_gain(torch.tensor([[1.0, 2.0], [2.0, 4.0]])) == pytest.approx(1.0)
+    assert norm_gain(torch.eye(4) * 3.0) == pytest.approx(2.0)
+    # norms 1 and 2 (mean 1.5); mean [0.5, 1.0], norm sqrt(1.25)
+    assert norm_gain(torch.tensor([[1.0, 0.0], [0.0, 2.0]])) == pytest.approx(1.5 / math.sqrt(1.25))
+    assert math.isnan(norm_gain(torch.tensor([[1.0, 1.0], [-1.0, -1.0]])))
 
 
 def test_lorentz_lift_and_distance_by_hand() -> None:

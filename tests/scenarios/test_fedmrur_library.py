@@ -65,11 +65,19 @@ def test_quick_files_evaluate_every_round_and_mnist1d_keeps_the_papers_recipe() 
     Table 3's targets need it); fedmrur/quick_mnist1d runs Table 2's seven methods and
     FedMRUR-N with the paper's Dirichlet(0.3) split (0.3 per class x 10 classes), batch 50,
     3 local epochs, rho 0.5, alpha 0.1 and gamma / sigma / beta (Sec. 5.1, Table 1), and
-    FedMRUR at participation 0.05 and 0.2 and at gamma 0.5 (Fig. 4's sweeps)."""
+    FedMRUR at participation 0.05 and 0.2 and at gamma 0.5 (Fig. 4's sweeps); the norm-gain runs
+    (FedMRUR-N on an IID split, and without client momentum) differ from FedMRUR-N in that alone."""
     for name in ("quick.yaml", "quick_ablation.yaml", "quick_mnist1d.yaml"):
         assert {r.evaluation.every for r in load_suite(LIBRARY / name).runs} == {1}, name
     runs = load_suite(LIBRARY / "quick_mnist1d.yaml").runs
+    runs, (iid, alpha1) = runs[:-2], runs[-2:]
     assert [r.algorithm.name for r in runs] == PAPER_METHODS[:-1] + ["fedmrur_n"] + ["fedmrur"] * 4
+    n = runs[-5]
+    assert (iid.name, iid.algorithm, iid.dataset.partition.type) == ("fedmrur_n-iid", n.algorithm, "iid")
+    assert iid.dataset.model_copy(update={"partition": n.dataset.partition}) == n.dataset
+    assert alpha1.name == "fedmrur_n-alpha1" and alpha1.dataset == n.dataset
+    assert alpha1.algorithm.params.alpha == 1.0
+    assert alpha1.algorithm.params.model_copy(update={"alpha": 0.1}) == n.algorithm.params
     assert [(r.mode.cohort_fraction, r.algorithm.params.gamma) for r in runs[-4:]] == [
         (0.1, 0.005), (0.05, 0.005), (0.2, 0.005), (0.1, 0.5)]  # Fig. 4's sweeps beside FedMRUR
     for run in runs:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fedclock.scenarios import provenance
-from fedclock.scenarios.provenance import SourceState, algorithms_differ, package_version, source_state
+from fedclock.scenarios.provenance import (SourceState, algorithm_changes, algorithms_differ, package_version,
+                                          source_state)
 from fedclock.scenarios.reproduce import is_generated_report, provenance_lines
 from fedclock.scenarios.runstatus import FINISHED, RunStatus, claim, read_status, write_status
 
@@ -75,6 +76,9 @@ def test_algorithms_differ_between_commits(repo: Path) -> None:
     assert algorithms_differ(repo, first, docs_only) is False
     assert algorithms_differ(repo, docs_only, algorithm) is True
     assert algorithms_differ(repo, "0" * 40, algorithm) is None
+    assert algorithm_changes(repo, first, algorithm) == ["algorithms/a.py"]
+    assert algorithm_changes(repo, first, docs_only) == []
+    assert algorithm_changes(repo, "0" * 40, algorithm) is None
 
 
 def test_run_json_records_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,7 +109,7 @@ def test_report_lists_runs_made_at_another_commit(repo: Path, tmp_path: Path) ->
         "Runs made at another commit:",
         f"- 1 reused run(s) made at `{algorithm[:10]}`: same algorithm files (`algorithms/`) as this commit.",
         f"- 1 reused run(s) made at `{first[:10]}` (from a work tree with changes): its algorithm files "
-        "(`algorithms/`) differ from this commit's.",
+        "(`algorithms/`) differ from this commit's in `algorithms/a.py`.",
         "- 1 reused run(s) record no commit (made by an older fedclock).",
     ]
     # from a dirty tree: runs made at its commit with changes are its own, not listed
