@@ -377,6 +377,29 @@ def test_final_run_metrics_by_hand(tmp_path: Path) -> None:
     assert rows == ["| `file-abc` | `reco` | 10 | 0.2 ± 0.14 | 0.03 ± 0.014 |"]
 
 
+def test_a_claims_own_seeds_run_only_its_runs(tmp_path: Path) -> None:
+    """A claim with ``seeds: 5`` in a set of 2: its runs get seeds 0..4, the other claims' runs
+    0..1 (a run named by both gets the larger count); ``--seeds`` sets every claim's count."""
+    from fedclock.scenarios.reproduce import claim_seeds, jobs_for, plan
+
+    claims = _claims()
+    claims["seeds"] = 2
+    claims["claims"][2]["seeds"] = 5  # "cell": trained against a reference number
+    claims["claims"][0]["b"] = "skewed"  # "trains": trained vs skewed (unpaired below), 2 seeds
+    claims["claims"][0]["pairing"] = "unpaired"
+    path = _write(tmp_path, claims)
+    claim_set, file = load_claim_set(str(path))
+    per_claim = claim_seeds(claim_set)
+    assert per_claim == {"trains": 2, "same": 2, "cell": 5}
+    assert claim_seeds(claim_set, 3) == {"trains": 3, "same": 3, "cell": 3}
+    settings = plan(claim_set, file, claim_set.seeds, None, per_claim)
+    jobs = jobs_for(list({id(s): s for s in settings.values()}.values()), tmp_path / "out")
+    by_run: dict[str, list[int]] = {}
+    for job in jobs:
+        by_run.setdefault(job.scenario.name, []).append(job.scenario.seed)
+    assert by_run == {"trained": [0, 1, 2, 3, 4], "skewed": [0, 1]}
+
+
 def _outcome(claim_id: str, verdict: str, why_not: str = "") -> Outcome:
     claim = Claim(id=claim_id, source="Table 0", statement="-", paper="-", scenario="tiny.yaml", a="a", b="b",
                   metric="final_global", direction="greater", why_not=why_not)
