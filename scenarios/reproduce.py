@@ -73,7 +73,7 @@ from fedclock.scenarios.claim_stats import (ALPHA, CANNOT_TELL, CENSORED, CONFID
                                             expected_false_holds, holm, size_words)
 from fedclock.scenarios.claims import (ACCURACY_COLUMN, SERVER_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set,
                                        metric_kind, scoring)
-from fedclock.scenarios.loader import Suite
+from fedclock.scenarios.loader import ScenarioError, Suite, validate_scenario
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
 from fedclock.scenarios.runstatus import FINISHED, read_status
@@ -361,7 +361,23 @@ def finished(job: Job) -> bool:
         earlier = yaml.safe_load(resolved.read_text(encoding="utf-8"))
     except yaml.YAMLError:
         return False
-    return isinstance(earlier, dict) and fingerprint(earlier) == fingerprint(resolved_dict(job.scenario))
+    return isinstance(earlier, dict) and same_scenario(earlier, resolved_dict(job.scenario), str(resolved))
+
+
+def same_scenario(earlier: dict[str, Any], now: dict[str, Any], where: str) -> bool:
+    """Whether a run's ``scenario.resolved.yaml`` (``earlier``) is the scenario ``now`` resolves
+    to: equal fingerprints, or ``earlier`` read by today's schema equals ``now``. The second
+    lets a run made before a field was added be reused when the scenario leaves that field at
+    its default (the schema's rule: a new field's default keeps the behaviour it had before the
+    field existed); a field the schema no longer has, or a default that changed, does not
+    read back equal, and the run is made again."""
+    if fingerprint(earlier) == fingerprint(now):
+        return True
+    try:
+        reread = resolved_dict(validate_scenario(earlier, where))
+    except ScenarioError:
+        return False
+    return fingerprint(reread) == fingerprint(now)
 
 
 def _run_job(resolved: dict[str, Any], out_dir: str) -> None:

@@ -122,6 +122,29 @@ def test_changed_settings_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out.count("  ran ") == 1
 
 
+def test_runs_made_before_a_field_existed_are_reused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose resolved scenario lacks a field that the scenario now leaves at its default
+    (a field added to the schema since) is the same scenario and is reused; one whose file
+    holds a value today's scenario does not is made again."""
+    path = _write(tmp_path, _claims(stop_rounds=1))
+    out = tmp_path / "out"
+    args = ["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("  ran ") == 4
+    files = sorted(out.glob("*/*/seed_*/scenario.resolved.yaml"))
+    for file in files:  # as if written before evaluation.adapted existed (default: none)
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        assert data["evaluation"].pop("adapted") is None
+        file.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert main(args) == 0
+    assert "  ran " not in capsys.readouterr().out
+    data = yaml.safe_load(files[0].read_text(encoding="utf-8"))
+    data["evaluation"]["every"] = 2  # today's scenario evaluates every round
+    files[0].write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("  ran ") == 1
+
+
 def _missing_path(c: dict) -> None:
     c["paper_setting"] = {"tiny.yaml": {"fields": {"lr": {"paper": 0.1, "ours": "algorithm.nope"}}}}
 
