@@ -6,7 +6,9 @@ client state, task index and so the same seed — hence the same results
 (:meth:`ActorCalls.retried`, the one retry loop). A call re-run more than
 :data:`MAX_TASK_RETRIES` times in a row ends the run with :class:`ActorLost`; the server actor
 dying raises :class:`ServerLost`, after which a run with checkpoints goes on from its last one
-on a fresh server (:mod:`fedclock.actors.replay`).
+on a fresh server (:mod:`fedclock.actors.replay`). A replacement that does not start within
+``runtime.respawn_timeout_s`` (no room on the cluster) raises :class:`ActorUnplaced`
+(:mod:`fedclock.actors.respawn`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ before the run gives up."""
 class ActorLost(Exception):
     """An actor died and the run cannot go on (one line): the server actor in a run without
     checkpoints (:class:`ServerLost`), or a client executor that kept dying on the same task."""
+
+
+class ActorUnplaced(ActorLost):
+    """A lost actor's replacement did not start within ``runtime.respawn_timeout_s`` (no node
+    has room for it: a node of the cluster was lost); :mod:`fedclock.actors.respawn`."""
 
 
 class ServerLost(ActorLost):

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedclock.actors.calls import ActorCalls
+from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.actors.grouping import InstantGroups
 from fedclock.actors.task_io import TaskInputs, TaskReport, TaskResults
+from fedclock.actors.transport import InlineTransport
 
 
 @dataclass(eq=False)
@@ -119,3 +121,15 @@ class Launcher:
             self.done(running)
             kept.append(running.handles().state if report.state_kept else None)
         return kept
+
+
+def make_launcher(calls: ActorCalls, cfg: RuntimeConfig, placement: str, num_clients: int) -> Launcher:
+    """How the run's tasks reach its executors: with ``vectorize`` K > 1 in groups of at most
+    K; pooled on Ray in groups per executor (``tasks_per_call``); else one call per task (an
+    inline call costs nothing to save)."""
+    groups: InstantGroups[InFlight] | None = None
+    if cfg.vectorize > 1:
+        groups = InstantGroups(cfg.vectorize)
+    elif placement == "pooled" and cfg.tasks_per_call != 1 and not isinstance(calls.t, InlineTransport):
+        groups = InstantGroups(cfg.tasks_per_call or max(1, num_clients), spread=len(calls.executors))
+    return Launcher(calls, groups, "train_many" if cfg.vectorize > 1 else "train_each", placement == "dedicated")

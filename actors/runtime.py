@@ -27,14 +27,14 @@ from fedclock.actors.evaluation import Evaluation
 from fedclock.actors.executor import ClientExecutor
 from fedclock.actors.federation import Federation
 from fedclock.actors.held_object import HeldObject
-from fedclock.actors.grouping import InstantGroups
-from fedclock.actors.launcher import InFlight, Launcher
+from fedclock.actors.launcher import make_launcher
 from fedclock.actors.payloads import PayloadCache
 from fedclock.actors.ray_actors import RayClientExecutor, RayServer
 from fedclock.actors.ray_start import RayStart, default_num_actors, uploaded_py_modules
 from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.actors.server import Server
 from fedclock.actors.session import AlgorithmTraits, Session
+from fedclock.actors.respawn import fitted_count, wait_started
 from fedclock.actors.transport import InlineTransport, RayTransport, Transport
 from fedclock.algorithms.adapted import AdaptedEvaluation
 from fedclock.algorithms.base import Algorithm
@@ -151,11 +151,17 @@ class Runtime:
         return ray.remote(RayClientExecutor).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
                                                      runtime_env=self.runtime_env or None).remote(cfg.threads_per_actor)
 
-    def _respawn(self, cfg: RuntimeConfig, slot: int, setup: tuple[Any, ...]) -> Any:
-        """Replace the dead executor at ``slot`` of the pool by a fresh one, set up for the run."""
+    def _respawn(self, cfg: RuntimeConfig, slot: int, setup: tuple[Any, ...], count: int) -> Any:
+        """Replace the dead executor at ``slot`` of the pool by a fresh one, set up for the run
+        (:class:`~fedclock.actors.calls.ActorUnplaced` if it cannot start: ``wait_started``)."""
         self._kill([self._pool[slot]])
         fresh = self._new_executor(cfg)
-        self.transport.get(self.transport.call(fresh, "setup", *setup))
+        try:
+            wait_started(self.transport, self.transport.call(fresh, "setup", *setup), cfg, f"client executor {slot}",
+                         count)
+        except BaseException:
+            self._kill([fresh])  # not left pending on the cluster
+            raise
         self._pool[slot] = fresh
         return fresh
 
@@ -171,10 +177,16 @@ class Runtime:
         return self._server
 
     def session(self, cfg: RuntimeConfig, federation: Federation, algorithm: Algorithm, seed: int,
-                evaluation_batch: int, personalized: bool, adapted: AdaptedEvaluation | None = None) -> "Session":
-        """Prepare the actors for one run and return its backend (``adapted``: ``evaluation.adapted``)."""
+                evaluation_batch: int, personalized: bool, adapted: AdaptedEvaluation | None = None,
+                fit: bool = False) -> "Session":
+        """Prepare the actors for one run and return its backend (``adapted``: ``evaluation.adapted``;
+        ``fit``: a run from a checkpoint, which takes as many executors as the cluster fits)."""
         self._ready()
         count = default_num_actors(cfg, federation.num_clients, self.cpus)
+        if fit and self.backend == "ray" and (fitted := fitted_count(cfg, count, self.cpus, self.on_note)) != count:
+            count, cfg = fitted, cfg.model_copy(update={"placement": "pooled", "num_actors": fitted})
+            self._kill(self._pool[count:])  # alive or dead, they hold the room a replacement may need
+            del self._pool[count:]
         if self.backend == "ray" and count * cfg.num_cpus > self.cpus + 1e-9:
             raise ResourceError(
                 f"runtime.num_cpus: {count} client actors x {cfg.num_cpus:g} CPUs need "
@@ -192,7 +204,7 @@ class Runtime:
                 if t.lost_actor(exc) is None:
                     raise
                 slot = executors.index(e)
-                executors[slot] = self._respawn(cfg, slot, setup)
+                executors[slot] = self._respawn(cfg, slot, setup, count)
         server = self._server_actor(cfg)
         try:
             t.get(t.call(server, "setup", alg_h, seed))
@@ -201,13 +213,13 @@ class Runtime:
                 raise
             self._server = None
             server = self._server_actor(cfg)
-            t.get(t.call(server, "setup", alg_h, seed))
+            wait_started(t, t.call(server, "setup", alg_h, seed), cfg, "the server actor", count)
         placement = cfg.placement or ("dedicated" if count == federation.num_clients and cfg.vectorize == 1
                                       else "pooled")
         if self._ray is not None:  # list the actors' processes (ray_processes.remember); a note once
             self._ray.remember(self.on_note)
-        calls = ActorCalls(t, server, executors, respawn=lambda slot: self._respawn(cfg, slot, setup))
-        launcher = _launcher(calls, cfg, placement, federation.num_clients)
+        calls = ActorCalls(t, server, executors, respawn=lambda slot: self._respawn(cfg, slot, setup, count))
+        launcher = make_launcher(calls, cfg, placement, federation.num_clients)
         return Session(calls, launcher, ClientStates(launcher.run_now),
                        PayloadCache(t, server, algorithm.payload_is_shared),
                        Evaluation(calls, federation.num_clients, len(federation.y_test), evaluation_batch, adapted),
@@ -236,14 +248,3 @@ class Runtime:
             self._ray.close()
             self._ray = None
 
-
-def _launcher(calls: ActorCalls, cfg: RuntimeConfig, placement: str, num_clients: int) -> Launcher:
-    """How the run's tasks reach its executors: with ``vectorize`` K > 1 in groups of at most
-    K; pooled on Ray in groups per executor (``tasks_per_call``); else one call per task (an
-    inline call costs nothing to save)."""
-    groups: InstantGroups[InFlight] | None = None
-    if cfg.vectorize > 1:
-        groups = InstantGroups(cfg.vectorize)
-    elif placement == "pooled" and cfg.tasks_per_call != 1 and not isinstance(calls.t, InlineTransport):
-        groups = InstantGroups(cfg.tasks_per_call or max(1, num_clients), spread=len(calls.executors))
-    return Launcher(calls, groups, "train_many" if cfg.vectorize > 1 else "train_each", placement == "dedicated")

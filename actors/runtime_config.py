@@ -19,6 +19,9 @@ MAX_ACTOR_GPUS = 64.0
 MAX_TASK_WALL_S = 7 * 86400.0
 """runtime.task_wall_timeout_s."""
 
+MAX_RESPAWN_S = 86400.0
+"""runtime.respawn_timeout_s."""
+
 MAX_VECTORIZE = 1024
 """runtime.vectorize (clients trained at once by one executor)."""
 
@@ -50,3 +53,7 @@ class RuntimeConfig(StrictModel):
     task_wall_timeout_s: Annotated[PositiveFloat, Field(le=MAX_TASK_WALL_S)] | None = Field(
         default=None, description="fail the run, naming the client and task, when one client task runs longer "
         "than this many seconds of wall time (a plugin that hangs; fedclock.actors.watchdog); default: no limit")
+    respawn_timeout_s: Annotated[PositiveFloat, Field(le=MAX_RESPAWN_S)] = Field(
+        default=120.0, description="Ray: a lost executor's (or server actor's) replacement not started within "
+        "this many seconds (no node has room for it, e.g. a node of the cluster was lost) stops the run in one "
+        "line; its checkpoints stay, and fedclock run --resume fits the executors to the cluster it finds")

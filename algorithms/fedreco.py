@@ -20,6 +20,27 @@ from fedclock.algorithms.training import BatchLoss, batches
 Reduction = Literal["mean", "sum"]
 """How the representation penalty reduces over a batch's samples."""
 
+INIT_BODY = "body_init"
+"""Server tensor: the global body u_0 as initialized (for :func:`body_motion`)."""
+LAST_CHANGE = "body_change"
+"""Server bookkeeping: the relative change of u_0 in the latest server step."""
+
+
+def relative_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``||a - b|| / ||b||`` (L2 over every coordinate; NaN when ``b`` is zero)."""
+    norm = float(b.double().norm())
+    return float((a.double() - b.double()).norm()) / norm if norm > 0 else float("nan")
+
+
+def body_motion(state: ServerState, body: slice) -> dict[str, float]:
+    """Whether the consensus acts, as two run metrics of ``state``: ``global_body_drift``,
+    ``||u_0 - u_0(init)|| / ||u_0(init)||``, how far the global body has moved from its
+    initialization; ``global_body_change``, ``||u_0^t - u_0^{t-1}|| / ||u_0^{t-1}||`` of the latest
+    server step (NaN before the first). NaN for a state without the initial body."""
+    init = state.tensors.get(INIT_BODY)
+    drift = relative_distance(state.tensors["weights"][body], init) if init is not None else float("nan")
+    return {"global_body_drift": drift, "global_body_change": float(state.extra.get(LAST_CHANGE, float("nan")))}
+
 
 class FedReCoParams(AlgorithmParams):
     """FedReCo hyper-parameters; defaults are the paper's Table 1 setup. ``lr`` is eta_v and
@@ -227,7 +248,8 @@ class FedReCo(Algorithm[FedReCoParams]):
 
     # ------------------------------------------------------------------ hooks
     def init_server(self, rng: torch.Generator) -> ServerState:
-        return ServerState(tensors={"weights": self.model_factory.initial_weights(rng)})
+        weights = self.model_factory.initial_weights(rng)
+        return ServerState(tensors={"weights": weights, INIT_BODY: weights[self.model_factory.body].clone()})
 
     def payload_for(self, state: ServerState, client: int) -> Tensors:
         return {"weights": state.tensors["weights"]}
@@ -270,8 +292,13 @@ class FedReCo(Algorithm[FedReCoParams]):
             weights[body] -= self.params.server_lr * mean
         else:
             weights[body] = mean
+        change = relative_distance(weights[body], state.tensors["weights"][body])
         return state.evolve(tensors={**state.tensors, "weights": weights},
-                            extra=dict(state.extra)), True
+                            extra={**state.extra, LAST_CHANGE: change}), True
+
+    def server_metrics(self, state: ServerState) -> dict[str, float]:
+        """How far u_0 has moved from its initialization and in the latest step (:func:`body_motion`)."""
+        return body_motion(state, self.model_factory.body)
 
     def evaluate_client(self, payload: Tensors, client_state: Tensors | None, data: ClientData,
                         batch_size: int) -> EvalResult:
@@ -381,5 +408,6 @@ class FedReCoDP(FedReCo):
         return with_upload_counts(state, new, [a.client for a in arrivals]), changed
 
     def server_metrics(self, state: ServerState) -> dict[str, float]:
-        """The privacy spent so far (:func:`fedclock.algorithms.dp.privacy_report`)."""
-        return state_privacy_report(self.params, state)  # type: ignore[arg-type]
+        """u_0's motion (:meth:`FedReCo.server_metrics`) and the privacy spent so far
+        (:func:`fedclock.algorithms.dp.privacy_report`)."""
+        return {**super().server_metrics(state), **state_privacy_report(self.params, state)}  # type: ignore[arg-type]

@@ -39,6 +39,8 @@ FAMILY``) or in any file given by path (``fedclock reproduce path/to/set.yaml``)
       overrides: {dataset.name: mnist1d}   # this claim's own overrides (merged over the family's)
       plot: true                           # also draw A's and B's curves (PNG beside the report)
       ablation: true                       # mark the row as an ablation (component off)
+      seeds: 10                            # this claim's seed count (default the set's; --seeds
+                                           # overrides both): only its own runs get the extra seeds
       why_not: "..."                       # one sentence: why the row does not hold at the scale run
                                            # (the report's header lists every row that does not
                                            # hold with it; written after seeing the verdict)
@@ -209,6 +211,9 @@ class Claim(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)
     plot: bool = False
     ablation: bool = False
+    seeds: int | None = Field(None, ge=2, le=100)
+    """This claim's seed count (its runs get seeds 0..n-1; default the set's ``seeds:``; ``--seeds``
+    overrides both): a row whose paired spread needs more seeds than the rest of the set."""
     why_not: str = ""
     """One sentence: why this row does not hold (or cannot tell, or is identical) at the scale
     run; the report's header lists every such row with it (:func:`fedclock.scenarios.reproduce.report_text`)."""

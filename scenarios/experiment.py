@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from fedclock.actors.calls import ServerLost
+from fedclock.actors.calls import ActorUnplaced, ServerLost
 from fedclock.actors.federation import ClientIndex
 from fedclock.actors.replay import CheckpointingBackend
 from fedclock.actors.runtime import Runtime
@@ -174,6 +174,10 @@ def run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     except Interrupted as exc:
         finish(out_dir, status, INTERRUPTED, str(exc))
         raise
+    except ActorUnplaced as exc:
+        unplaced = _way_back(exc, out_dir)
+        finish(out_dir, status, FAILED, str(unplaced))
+        raise unplaced from None
     except BaseException as exc:
         finish(out_dir, status, FAILED, f"{type(exc).__name__}: {exc}")
         raise
@@ -217,6 +221,17 @@ def _output_error(exc: OSError, out_dir: Path, resumable: bool) -> OSError | Out
             "free space (or make it writable) and run again with --overwrite (no checkpoint to resume from yet: "
             "output.checkpoint_every: N writes them)")
     return OutputError(f"cannot write {where}: {_OUTPUT_ERRNOS[code]}; the files already written are intact; {back}")
+
+
+def _way_back(exc: ActorUnplaced, out_dir: Path) -> ActorUnplaced:
+    """``exc`` (a lost actor that could not be replaced) with what the user does next."""
+    if any(p.name.isdigit() for p in checkpoint_dir(out_dir).glob("*")):
+        back = (f"the run stopped with its checkpoints: go on with fedclock run --resume {out_dir} (on the cluster "
+                f"as it is now it takes the executors that fit; --backend inline runs it on this machine)")
+    else:
+        back = ("no checkpoint to go on from (output.checkpoint_every: N writes them): run it again with --overwrite "
+                "on a cluster with room for its executors")
+    return ActorUnplaced(f"{exc}; {back}")
 
 
 class Interrupted(BaseException):
@@ -332,7 +347,7 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
         algorithm.accounting = feasible_accounting(algorithm.accounting, feasible)
     session = runtime.session(scenario.runtime, federation, algorithm, seed,
                               scenario.evaluation.batch_size, scenario.evaluation.personalized,
-                              scenario.evaluation.adapted)
+                              scenario.evaluation.adapted, fit=checkpoint is not None)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     session.clients_evaluated = writer.clients_evaluated
     session.clients_adapted = writer.clients_adapted

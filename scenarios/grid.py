@@ -495,7 +495,7 @@ class SharedRuntime(Runtime):
 
     def session(self, cfg: RuntimeConfig, federation: Federation, algorithm: Algorithm, seed: int,
                 evaluation_batch: int, personalized: bool,
-                adapted: AdaptedEvaluation | None = None) -> Session:
+                adapted: AdaptedEvaluation | None = None, fit: bool = False) -> Session:
         if self.backend == "ray" and cfg.num_actors is None and cfg.placement != "dedicated":
             cfg = cfg.model_copy(update={"num_actors": max(1, int(self.share // cfg.num_cpus))})
-        return super().session(cfg, federation, algorithm, seed, evaluation_batch, personalized, adapted)
+        return super().session(cfg, federation, algorithm, seed, evaluation_batch, personalized, adapted, fit)

@@ -39,10 +39,15 @@ Each kind is averaged over domains. A federation without domains counts as one d
 personalization_zero | personalization_content), ``domain`` (a domain's name or ``average``),
 ``client`` (-1 for domain and average rows), ``accuracy``, ``num_train``, ``num_test``.
 Every probe is seeded by (scenario seed, kind, domain or client); a control probe shares its
-client's own-style seed.
+client's own-style seed. With ``evaluation.linear.probe_seeds`` n > 1 each probe trains n
+classifiers on the same cached features (and n fresh copies of its adapter), the first with
+the probe's seed and the others with that seed and the repeat's index, and its accuracy is
+their mean: the probe's own noise (initialization and batch order) shrinks, paired control by
+control as before.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Callable
 
@@ -84,17 +89,33 @@ FEATURE_BATCH = 1024
 """Images per forward pass when features are extracted (as :func:`~fedclock.algorithms.linear_eval.linear_probe`)."""
 
 
+def _probe_rng(seed: int, kind: int, index: int, repeat: int) -> torch.Generator:
+    """The generator of a probe's ``repeat``-th classifier; the first is the probe's own
+    (seed, kind, domain or client) generator, so ``probe_seeds: 1`` gives the single probe."""
+    keys = (_KEY, kind, index) if repeat == 0 else (_KEY, kind, index, repeat)
+    return torch_rng(seed, Stream.INIT, *keys)
+
+
 def _fit(frozen: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor, num_classes: int,
-         adapter: torch.nn.Module | None, rng: torch.Generator, cfg: LinearEvalConfig) -> torch.nn.Module:
-    """A probe trained on ``frozen``'s cached features of (x, y)."""
+         adapter: torch.nn.Module | None, seeds: tuple[int, int, int], cfg: LinearEvalConfig) -> list[torch.nn.Module]:
+    """``cfg.probe_seeds`` probes trained on ``frozen``'s features of (x, y), computed once;
+    each starts from its own copy of ``adapter`` and its own generator (:func:`_probe_rng` of
+    ``seeds`` = (scenario seed, kind, domain or client) and the repeat)."""
     feats = features_of(frozen, x, FEATURE_BATCH).detach()
+    probes = []
     with torch.enable_grad():
-        return train_probe(feats, y, num_classes, adapter, rng, epochs=cfg.epochs, lr=cfg.lr,
-                           batch_size=cfg.batch_size)
+        for r in range(cfg.probe_seeds):
+            own = copy.deepcopy(adapter) if adapter is not None and r < cfg.probe_seeds - 1 else adapter
+            probes.append(train_probe(feats, y, num_classes, own, _probe_rng(*seeds, r), epochs=cfg.epochs,
+                                      lr=cfg.lr, batch_size=cfg.batch_size))
+    return probes
 
 
-def _accuracy(probe: torch.nn.Module, feats: torch.Tensor, y: torch.Tensor) -> EvalResult:
-    return evaluate_module(probe, feats, y, FEATURE_BATCH)
+def _accuracy(probes: list[torch.nn.Module], feats: torch.Tensor, y: torch.Tensor) -> EvalResult:
+    """The probes' mean accuracy on (feats, y), as an :class:`EvalResult` over ``len(y)`` samples."""
+    results = [evaluate_module(p, feats, y, FEATURE_BATCH) for p in probes]
+    n = len(results)
+    return EvalResult(sum(r.correct for r in results) / n, results[0].count, sum(r.loss_sum for r in results) / n)
 
 
 def linear_evaluation(algorithm: Any, state: ServerState, client_states: dict[int, Tensors | None],
@@ -115,11 +136,11 @@ def linear_evaluation(algorithm: Any, state: ServerState, client_states: dict[in
         res = EvalResult(0.0, 0, 0.0)
         others = [j for j in range(len(names)) if j != k and len(test_y[j])]
         if len(tr) and len(test_y[k]):
-            probe = _fit(encoder, federation.x[tr].to(device), federation.y[tr].to(device), federation.num_classes,
-                         None, torch_rng(seed, Stream.INIT, _KEY, _GENERALIZATION, k), cfg)
-            res = _accuracy(probe, test_feats[k], test_y[k])
+            probes = _fit(encoder, federation.x[tr].to(device), federation.y[tr].to(device), federation.num_classes,
+                          None, (seed, _GENERALIZATION, k), cfg)
+            res = _accuracy(probes, test_feats[k], test_y[k])
             if others:
-                accs = [_accuracy(probe, test_feats[j], test_y[j]).accuracy for j in others]
+                accs = [_accuracy(probes, test_feats[j], test_y[j]).accuracy for j in others]
                 transfer.append({"kind": "transfer", "domain": name, "client": -1, "accuracy": float(np.mean(accs)),
                                  "num_train": len(tr), "num_test": int(sum(len(test_y[j]) for j in others))})
         rows.append({"kind": "generalization", "domain": name, "client": -1, "accuracy": res.accuracy,
@@ -146,9 +167,9 @@ def linear_evaluation(algorithm: Any, state: ServerState, client_states: dict[in
                 frozen, adapter = algorithm.personal_probe(payload, client_states.get(c))
             res = EvalResult(0.0, 0, 0.0)
             if data.num_train and len(test_y[k]):
-                probe = _fit(frozen, data.x_train, data.y_train, federation.num_classes, adapter,
-                             torch_rng(seed, Stream.INIT, _KEY, _PERSONALIZATION, c), cfg)
-                res = _accuracy(probe, features_of(frozen, test_x[k], FEATURE_BATCH).detach(), test_y[k])
+                probes = _fit(frozen, data.x_train, data.y_train, federation.num_classes, adapter,
+                              (seed, _PERSONALIZATION, c), cfg)
+                res = _accuracy(probes, features_of(frozen, test_x[k], FEATURE_BATCH).detach(), test_y[k])
             kind = "personalization" if style == "own" else f"personalization_{style}"
             client_rows[style].append({"kind": kind, "domain": names[k], "client": c, "accuracy": res.accuracy,
                                        "num_train": data.num_train, "num_test": res.count})

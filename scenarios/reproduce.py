@@ -5,7 +5,8 @@
 
 FAMILY is a shipped claim set (``scenarios/reproductions/FAMILY.yaml``) or a claim file's
 path; the format is in :mod:`fedclock.scenarios.claims`. For every claim the command runs each
-(scenario file, run, seed) it needs once, seeds ``0 .. N-1`` (default: the set's ``seeds:``),
+(scenario file, run, seed) it needs once, seeds ``0 .. N-1`` (default: the set's ``seeds:``, or a
+claim's own ``seeds:`` for that claim's runs),
 into ``--out`` (default ``results/reproduce/FAMILY``), laid out as
 ``OUT/SETTING/RUN/seed_S`` where SETTING is the scenario file's name, plus a short hash of the
 overrides when there are any. A run directory whose ``run.json`` says finished (written when
@@ -72,7 +73,7 @@ from fedclock.scenarios.claim_stats import (ALPHA, CANNOT_TELL, CENSORED, CONFID
                                             expected_false_holds, holm, size_words)
 from fedclock.scenarios.claims import (ACCURACY_COLUMN, SERVER_COLUMN, Claim, ClaimError, ClaimSet, load_claim_set,
                                        metric_kind, scoring)
-from fedclock.scenarios.loader import Suite
+from fedclock.scenarios.loader import ScenarioError, Suite, validate_scenario
 from fedclock.scenarios.results import resolved_dict
 from fedclock.scenarios.rundirs import SEED_DIR_PREFIX
 from fedclock.scenarios.runstatus import FINISHED, read_status
@@ -102,6 +103,8 @@ class Setting:
     suite: Suite
     names: set[str] = field(default_factory=set)
     """The runs some claim needs."""
+    seeds_of: dict[str, int] = field(default_factory=dict)
+    """Seeds each needed run gets (the most any of its claims asks for)."""
 
     def run_dir(self, out: Path, name: str, seed: int) -> Path:
         return out / self.key / name / f"{SEED_DIR_PREFIX}{seed}"
@@ -143,18 +146,33 @@ DATA_FIELDS = ("dataset", "population.num_clients", "seed")
 """What defines the data a seed sees: runs differing in any of these pair nothing."""
 
 
-def plan(claim_set: ClaimSet, claim_file: Path, seeds: int, extra: dict[str, Any] | None = None
-         ) -> dict[str, Setting]:
+def claim_seeds(claim_set: ClaimSet, seeds: int | None = None) -> dict[str, int]:
+    """Seeds per claim id: ``seeds`` (``--seeds``) for every claim when given, else the claim's
+    own ``seeds:`` or the set's."""
+    return {c.id: seeds if seeds is not None else (c.seeds or claim_set.seeds) for c in claim_set.claims}
+
+
+def plan(claim_set: ClaimSet, claim_file: Path, seeds: int, extra: dict[str, Any] | None = None,
+         per_claim: dict[str, int] | None = None) -> dict[str, Setting]:
     """The settings (scenario file x overrides) each claim runs in, by claim id; ``extra``
-    (``--set``) goes over every claim's overrides."""
-    by_key: dict[str, Setting] = {}
-    out: dict[str, Setting] = {}
+    (``--set``) goes over every claim's overrides; ``per_claim`` (:func:`claim_seeds`): each
+    claim's seed count, default ``seeds`` for all; a setting is loaded for the most seeds any of
+    its claims needs, and each run gets those of the claims that name it (``Setting.seeds_of``)."""
+    wanted = {c.id: (per_claim or {}).get(c.id, seeds) for c in claim_set.claims}
+    keyed: dict[str, tuple[str, Path, dict[str, Any]]] = {}
+    most: dict[str, int] = {}
     for claim in claim_set.claims:
         overrides = {**claim_set.overrides, **claim.overrides, **(extra or {})}
         path = _scenario_path(claim.scenario, claim_file)
         key = path.stem + (f"-{_short_hash(overrides)}" if overrides else "")
+        keyed[claim.id] = (key, path, overrides)
+        most[key] = max(most.get(key, 0), wanted[claim.id])
+    by_key: dict[str, Setting] = {}
+    out: dict[str, Setting] = {}
+    for claim in claim_set.claims:
+        key, path, overrides = keyed[claim.id]
         if key not in by_key:
-            suite = load(path, {**overrides, "seeds": list(range(seeds))})
+            suite = load(path, {**overrides, "seeds": list(range(most[key]))})
             by_key[key] = Setting(key, path, overrides, suite)
         setting = by_key[key]
         names = list(dict.fromkeys(s.name for s in setting.suite.runs))
@@ -164,6 +182,7 @@ def plan(claim_set: ClaimSet, claim_file: Path, seeds: int, extra: dict[str, Any
                                  f"(its runs: {', '.join(names)})")
             if run is not None:
                 setting.names.add(run)
+                setting.seeds_of[run] = max(setting.seeds_of.get(run, 0), wanted[claim.id])
         out[claim.id] = setting
         if claim.b is not None and claim.b != claim.a and claim.pairing == "paired":
             differs = _data_differences(setting, claim.a, claim.b)
@@ -323,7 +342,7 @@ def jobs_for(settings: Sequence[Setting], out: Path) -> list[Job]:
     jobs: dict[Path, Job] = {}
     for setting in settings:
         for scenario in setting.suite.runs:
-            if scenario.name in setting.names:
+            if scenario.name in setting.names and scenario.seed < setting.seeds_of.get(scenario.name, 0):
                 d = setting.run_dir(out, scenario.name, scenario.seed)
                 jobs.setdefault(d, Job(scenario, d))
     return list(jobs.values())
@@ -342,7 +361,23 @@ def finished(job: Job) -> bool:
         earlier = yaml.safe_load(resolved.read_text(encoding="utf-8"))
     except yaml.YAMLError:
         return False
-    return isinstance(earlier, dict) and fingerprint(earlier) == fingerprint(resolved_dict(job.scenario))
+    return isinstance(earlier, dict) and same_scenario(earlier, resolved_dict(job.scenario), str(resolved))
+
+
+def same_scenario(earlier: dict[str, Any], now: dict[str, Any], where: str) -> bool:
+    """Whether a run's ``scenario.resolved.yaml`` (``earlier``) is the scenario ``now`` resolves
+    to: equal fingerprints, or ``earlier`` read by today's schema equals ``now``. The second
+    lets a run made before a field was added be reused when the scenario leaves that field at
+    its default (the schema's rule: a new field's default keeps the behaviour it had before the
+    field existed); a field the schema no longer has, or a default that changed, does not
+    read back equal, and the run is made again."""
+    if fingerprint(earlier) == fingerprint(now):
+        return True
+    try:
+        reread = resolved_dict(validate_scenario(earlier, where))
+    except ScenarioError:
+        return False
+    return fingerprint(reread) == fingerprint(now)
 
 
 def _run_job(resolved: dict[str, Any], out_dir: str) -> None:
@@ -462,6 +497,47 @@ def _metrics(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "metrics.parquet")
 
 
+RUN_COLUMNS = ("global_body_drift", "global_body_change")
+"""Columns an algorithm reports about its own state (``metrics.parquet``) whose final values the
+report lists per run (:func:`run_metric_rows`): FedReCo's global-body motion."""
+
+
+def final_values(metrics: pd.DataFrame, columns: Sequence[str] = RUN_COLUMNS) -> dict[str, float]:
+    """Each of ``columns`` at the last row where it is not NaN; a column that is absent or
+    NaN throughout is left out."""
+    out: dict[str, float] = {}
+    for column in columns:
+        if column in metrics:
+            values = metrics[column].dropna()
+            if not values.empty:
+                out[column] = float(values.iloc[-1])
+    return out
+
+
+def run_metric_rows(settings: Sequence[Setting], out: Path, seeds: int,
+                    columns: Sequence[str] = RUN_COLUMNS) -> list[str]:
+    """Markdown table rows, one per (setting, run) whose runs report any of ``columns``: the
+    final value of each as mean ± std (ddof 1) over the seeds, and the version it was read at."""
+    rows = []
+    for setting in settings:
+        for name in sorted(setting.names):
+            finals = []
+            for s in range(seeds):
+                path = setting.run_dir(out, name, s) / "metrics.parquet"
+                frame = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+                finals.append((final_values(frame, columns), int(frame["version"].iloc[-1]) if len(frame) else -1))
+            if not any(f for f, _ in finals):
+                continue
+            cells = []
+            for column in columns:
+                values = [f[column] for f, _ in finals if column in f]
+                cells.append(f"{np.mean(values):.3g} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.2g}"
+                             if values else "–")
+            version = sorted({v for _, v in finals})
+            rows.append(f"| `{setting.key}` | `{name}` | {', '.join(map(str, version))} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def evaluate(claim: Claim, setting: Setting, out: Path, seeds: int, set_margin: float = 0.01) -> Outcome:
     """Measure a claim on its finished runs and give its row (:func:`fedclock.scenarios.claim_stats.assess`)
     with the margin of :meth:`fedclock.scenarios.claims.Claim.margin_for` (``set_margin``: the set's)."""
@@ -508,7 +584,8 @@ def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | 
             raise ClaimError(f"--set {text}: expected key=value, e.g. --set runtime.device=cuda")
         key, _, value = text.partition("=")
         extra[key.strip()] = value  # a string value is read as --set reads it (scenarios.loader)
-    settings = plan(claim_set, claim_file, n, extra)
+    per_claim = claim_seeds(claim_set, seeds)
+    settings = plan(claim_set, claim_file, n, extra, per_claim)
     tables = setting_tables(claim_set, claim_file, settings)
     state = provenance.source_state(ignore=lambda p: is_generated_report(p, report_dir))
     if state.clean is False and not allow_dirty:
@@ -517,18 +594,20 @@ def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | 
                          "diff's hash in the report")
     all_jobs = jobs_for(list({id(s): s for s in settings.values()}.values()), out)
     run_jobs(all_jobs, jobs, on_done)
-    outcomes = [evaluate(c, settings[c.id], out, n, claim_set.margin) for c in claim_set.claims]
+    outcomes = [evaluate(c, settings[c.id], out, per_claim[c.id], claim_set.margin) for c in claim_set.claims]
     adjusted = holm([o.row.p for o in outcomes])
     outcomes = [replace(o, holm=h) for o, h in zip(outcomes, adjusted)]
     report_dir.mkdir(parents=True, exist_ok=True)
-    plots = {o.claim.id: plot_claim(o, out, n, report_dir / f"{claim_set.family}_{o.claim.id}.png")
+    plots = {o.claim.id: plot_claim(o, out, per_claim[o.claim.id], report_dir / f"{claim_set.family}_{o.claim.id}.png")
              for o in outcomes if o.claim.plot}
     command = f"fedclock reproduce {family if Path(family).suffix != '.yaml' else claim_file.name}" + (
         f" --seeds {n}" if seeds is not None else "") + "".join(f" --set {t}" for t in sets) + (
         " --allow-dirty" if allow_dirty else "")
     path = report_dir / f"{claim_set.family}.md"
     header = provenance_lines(state, [job.out_dir for job in all_jobs])
-    path.write_text(report_text(claim_set, outcomes, n, command, header, plots, tables), encoding="utf-8")
+    unique = list({id(s): s for s in settings.values()}.values())
+    run_rows = run_metric_rows(unique, out, n)
+    path.write_text(report_text(claim_set, outcomes, n, command, header, plots, tables, run_rows), encoding="utf-8")
     return path, outcomes
 
 
@@ -638,9 +717,10 @@ MARGIN_RULE = ("Margin m: for a directional claim with the paper's effect e, m =
 
 
 def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, command: str, header: Sequence[str],
-                plots: dict[str, Path], tables: Sequence[SettingTable] = ()) -> str:
+                plots: dict[str, Path], tables: Sequence[SettingTable] = (), run_rows: Sequence[str] = ()) -> str:
     """The report's Markdown (see the module docstring); ``header``: the provenance lines
-    (:func:`provenance_lines`), ``tables``: the settings tables (:func:`setting_tables`)."""
+    (:func:`provenance_lines`), ``tables``: the settings tables (:func:`setting_tables`),
+    ``run_rows``: the algorithms' own final run metrics (:func:`run_metric_rows`)."""
     tested = sum(o.row.p is not None for o in outcomes)
     lines = [f"# Reproduction report: {claim_set.title}", "",
              f"*Generated by `{command}` — do not edit by hand; rerun the command.*", "",
@@ -653,7 +733,10 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         f"{ALPHA}, so chance alone would give on average {tested} × {ALPHA} = "
         f"{expected_false_holds(tested):.2f} false *holds* among them; the *Holm* column is each row's p-value "
         f"adjusted for the {tested} tests (Holm's step-down; a row holds after adjustment when it is ≤ {ALPHA}).", "",
-        f"Every number is over {seeds} seeds (0..{seeds - 1}). *paired*: for one seed, A and B share the partition, "
+        f"Every number is over {seeds} seeds (0..{seeds - 1})"
+        + ("" if all(len(o.a) == seeds for o in outcomes) else ", except in the rows whose claim asks for more "
+           "(their *Seeds* line below; only their own runs get the extra seeds)")
+        + ". *paired*: for one seed, A and B share the partition, "
         "the clients' test splits and the initial model; *unpaired (Welch)*: A and B see different data (partition, "
         "data set or client count), so the interval is Welch's. *ours*: mean ± std (ddof 1) over seeds (over the "
         "seeds that reached the target for to-target metrics, with on how many they did); *A − B*: the mean "
@@ -696,6 +779,14 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
                       f"{'**' + r.differs + '**' if r.differs.startswith('differs') else r.differs} | {cell(r.note)} |"
                       for r in table.rows]
             lines.append("")
+    if run_rows:
+        lines += ["", "## The algorithms' own run metrics (final values)", "",
+                  f"Read from each run's `metrics.parquet` at its last evaluation, mean ± std over the {seeds} seeds. "
+                  "global_body_drift: ||u_0 - u_0(init)|| / ||u_0(init)||, how far FedReCo's global body has moved "
+                  "from its initialization; global_body_change: ||u_0^t - u_0^(t-1)|| / ||u_0^(t-1)||, its relative "
+                  "change in the last server step (small: u_0 has settled).", "",
+                  "| setting | run | version | " + " | ".join(RUN_COLUMNS) + " |",
+                  "|---|---|---|" + "---|" * len(RUN_COLUMNS), *run_rows]
     lines += ["", "## Claims", ""]
     for o in outcomes:
         c = o.claim
@@ -708,8 +799,10 @@ def report_text(claim_set: ClaimSet, outcomes: Sequence[Outcome], seeds: int, co
         if o.b is not None:
             lines.append(f"- B = `{c.b}` per seed: {', '.join(_shown(v, c) for v in o.b)}")
         if o.reached is not None:
-            lines.append(f"- Reached {c.target:g}: A on {o.reached[0]} of {seeds} seeds, B on {o.reached[1]} of "
-                         f"{seeds}" + (" (B: the reference number)" if c.b is None else ""))
+            lines.append(f"- Reached {c.target:g}: A on {o.reached[0]} of {len(o.a)} seeds, B on {o.reached[1]} of "
+                         f"{len(o.a)}" + (" (B: the reference number)" if c.b is None else ""))
+        if len(o.a) != seeds:
+            lines.append(f"- Seeds: {len(o.a)} (0..{len(o.a) - 1}), this claim's own count")
         lines.append(f"- Pairing: {_pairing(o)}; margin ± {_shown(o.margin, c, '', 3)} ({c.margin_origin()})")
         if o.row.sign is not None:
             s = o.row.sign

@@ -71,7 +71,7 @@ METRICS_SCHEMA = pa.schema([
     ("tasks_applied", pa.int64()), ("tasks_dropped", pa.int64()), ("bytes_total", pa.int64()),
     ("dp_epsilon", pa.float64()), ("dp_delta", pa.float64()), ("dp_uploads_max", pa.int64()),
     ("dp_clipped_fraction", pa.float64()), ("dp_noise_std", pa.float64()), ("dp_amplified", pa.float64()),
-    ("dp_clip", pa.float64()),
+    ("dp_clip", pa.float64()), ("global_body_drift", pa.float64()), ("global_body_change", pa.float64()),
     ("participation_jain", pa.float64()), ("never_picked_fraction", pa.float64()),
     ("data_seen_fraction", pa.float64()), ("wasted_compute_s", pa.float64()), ("tasks_cancelled", pa.int64()),
     ("update_norm_gain", pa.float64()),

@@ -212,6 +212,10 @@ class LinearEvalConfig(StrictModel):
     epochs: Annotated[int, Field(ge=1)] = 100
     lr: PositiveFloat = Field(default=0.01, description="Adam learning rate of the linear classifier")
     batch_size: Annotated[int, Field(ge=1)] = 256
+    probe_seeds: Annotated[int, Field(ge=1, le=100)] = Field(
+        default=1, description="classifiers trained per probe on the same cached features, each with its own "
+        "seed (initialization and batch order); a probe's accuracy is their mean (the first uses the probe's "
+        "seed, so 1 gives the single probe)")
     style_controls: bool = Field(
         default=False, description="also probe personalization with another client's style (swapped), with zeros "
         "(zero) and with the content feature alone (content) in the same run, for algorithms whose probe has a "

@@ -3,6 +3,7 @@ inputs, so the results equal an undisturbed run's; the server dying ends the run
 or, with checkpoints, the run goes on from the last one on a fresh server, with the same results."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,8 +11,10 @@ import pandas as pd
 import pytest
 
 from fedclock.actors import calls as calls_mod
-from fedclock.actors.calls import ActorLost
+from fedclock.actors.calls import ActorLost, ActorUnplaced
+from fedclock.actors.respawn import fitted_count
 from fedclock.actors.runtime import Runtime
+from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.actors.session import Session
 from fedclock.actors.transport import actor_id
 from fedclock.scenarios.experiment import run_scenario
@@ -169,3 +172,47 @@ def test_a_server_killed_after_the_clock_finished_is_survived(ray_runtime: Runti
                                   hit["metrics"].drop(columns=["wall_time"]), check_exact=True)
     pd.testing.assert_frame_equal(calm["events"], hit["events"], check_exact=True)
     pd.testing.assert_frame_equal(calm["cka"], hit["cka"], check_exact=False, atol=1e-6)
+
+
+def test_an_executor_with_no_room_for_its_replacement_stops_the_run_in_one_line_and_resumes(
+        ray_runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost executor whose replacement cannot be placed (here it asks for more CPUs than the
+    cluster has, as after a node's loss) stops the run after ``runtime.respawn_timeout_s``, in
+    one line naming what was lost and the way back; the checkpoints stay, and ``--resume``
+    finishes the run with the undisturbed tables."""
+    calm_m, calm_e = _run(Runtime("inline"), tmp_path / "calm")
+    cfg = {"backend": "ray", "num_actors": 2, "placement": "pooled", "respawn_timeout_s": 2}
+    run = scenario(**SHORT, runtime=cfg, output={"progress": False, "checkpoint_every": 2})
+    original = Runtime._new_executor
+
+    def no_room(self: Runtime, cfg: Any) -> Any:
+        return original(self, cfg.model_copy(update={"num_cpus": 64.0}))
+
+    def victim(s: Session, task: Task) -> Any:
+        monkeypatch.setattr(Runtime, "_new_executor", no_room)  # the replacement finds no node
+        return s.executors[s.slot_of(task)]
+
+    kills = _kill_on_start(monkeypatch, lambda n, task: n == 9, victim)
+    with pytest.raises(ActorUnplaced, match=r"^client executor \d was lost and its replacement did not start within "
+                                            r"2 s \(runtime.respawn_timeout_s\): the Ray cluster now has 1 node\(s\) "
+                                            r"with 2 CPUs .*; the run stopped with its checkpoints: go on with "
+                                            r"fedclock run --resume ") as info:
+        run_scenario(run, ray_runtime, tmp_path / "hit")
+    assert kills == [9] and "\n" not in str(info.value)
+    assert json.loads((tmp_path / "hit" / "run.json").read_text())["status"] == "failed"
+    monkeypatch.undo()
+    patient = run.model_copy(update={"runtime": run.runtime.model_copy(update={"respawn_timeout_s": 120.0})})
+    run_scenario(patient, ray_runtime, tmp_path / "hit", resume=True)  # 2 s is too short for an actor's start
+    pd.testing.assert_frame_equal(calm_m, pd.read_parquet(tmp_path / "hit" / "metrics.parquet").drop(
+        columns=["wall_time"]), check_exact=True)
+    pd.testing.assert_frame_equal(calm_e, pd.read_parquet(tmp_path / "hit" / "events.parquet"), check_exact=True)
+
+
+def test_a_run_from_a_checkpoint_takes_the_executors_the_cluster_fits() -> None:
+    notes: list[str] = []
+    cfg = RuntimeConfig(num_actors=4, num_cpus=1.5)
+    assert fitted_count(cfg, 4, 6.0, notes.append) == 4 and notes == []  # 4 x 1.5 = 6 CPUs: fits
+    assert fitted_count(cfg, 4, 5.0, notes.append) == 3  # 5 // 1.5 = 3
+    assert notes == ["the Ray cluster has 5 CPUs: this run goes on from its checkpoint with 3 pooled executor(s) of "
+                     "1.5 CPU, not the 4 its runtime settings ask for (the results do not change)"]
+    assert fitted_count(cfg, 4, 1.0, None) == 1  # none fits: one (the runtime then says the cluster is too small)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -103,22 +104,34 @@ def _stop(marker: str) -> None:
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")  # one cluster for both tests: its start is ~11 s
+def _ray_start(env: dict[str, str]) -> list[str]:
+    """``ray start`` for a node of the test cluster (its temp dir holds the cluster's token)."""
+    return [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1", "--num-cpus=1", f"--temp-dir={Path(env['RAY_AUTH_TOKEN_PATH']).parent}"]
+
+
+def _join_worker(address: str, env: dict[str, str]) -> None:
+    """A worker node (one CPU) joins the test cluster at ``address``."""
+    (agent,) = _free_ports(1)
+    subprocess.run(_ray_start(env) + [f"--address={address}", f"--dashboard-agent-listen-port={agent}"],
+                   env=env, check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")  # one cluster for every test: its start is ~11 s
 def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
     temp = tempfile.mkdtemp(prefix="fcray")  # short: Ray's socket paths must stay under 108 characters
     token = Path(temp) / "token"  # the cluster's own token, whatever ~/.ray holds
     token.write_text(secrets.token_hex(32))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-    ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats",
-               "--node-ip-address=127.0.0.1", "--num-cpus=1", f"--temp-dir={temp}"]
-    gcs, client, dashboard, agent1, agent2 = _free_ports(5)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+           "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}  # a lost node seen in ~3 s
+    ray_cli = _ray_start(env)
+    gcs, client, dashboard, agent1 = _free_ports(4)
     try:
         subprocess.run(ray_cli + ["--head", f"--port={gcs}", "--include-dashboard=false",
                                   f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}",
                                   f"--dashboard-agent-listen-port={agent1}"],
                        env=env, check=True, capture_output=True, timeout=120)
-        subprocess.run(ray_cli + [f"--address=127.0.0.1:{gcs}", f"--dashboard-agent-listen-port={agent2}"],
-                       env=env, check=True, capture_output=True, timeout=120)
+        _join_worker(f"127.0.0.1:{gcs}", env)
         yield f"127.0.0.1:{gcs}", env
     finally:
         _stop(temp)
@@ -238,3 +251,151 @@ def test_an_executor_killed_on_the_worker_node_is_replaced_with_the_local_result
     (run,) = load_suite(file, ["runtime.backend=inline"]).runs
     run_scenario(run, Runtime("inline"), tmp_path / "local")
     assert_same_tables(tmp_path / "cluster", tmp_path / "local")
+
+
+NODE_KILLER = textwrap.dedent("""\
+    import json, os, signal, sys, time
+    import ray
+    from fedclock.actors.runtime import Runtime
+    from fedclock.actors.session import Session
+    from fedclock.scenarios import cli
+
+    lost = []
+    apply = Session.apply
+
+    def node(actor):
+        return ray.get_runtime_context().get_node_id()
+
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().split(b"\\0")
+        except OSError:
+            return [b""]
+
+    def pids_under(parent):
+        table = {}
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    table[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+        found = {parent}
+        while more := {p for p, pp in table.items() if pp in found} - found:
+            found |= more
+        return found
+
+    def applying(self, tasks):
+        version = apply(self, tasks)
+        if version == 3 and not lost:  # the node the driver is not on is lost: its raylet and its workers SIGKILLed
+            head = ray.get_runtime_context().get_node_id()
+            gone = next(n for n in ray.get([e.__ray_call__.remote(node) for e in self.executors]) if n != head)
+            (raylet,) = [int(p) for p in os.listdir("/proc") if p.isdigit() and cmdline(p)[0].endswith(b"/raylet")
+                         and f"--node_id={gone}".encode() in cmdline(p)]
+            for pid in pids_under(raylet):
+                os.kill(pid, signal.SIGKILL)
+            start = time.time()  # the run goes on once Ray has declared the node dead
+            while any(n["NodeID"] == gone and n["Alive"] for n in ray.nodes()) and time.time() < start + 120:
+                time.sleep(0.5)
+            lost.append([gone, time.time() - start])
+        return version
+
+    def pinned_server(self, cfg):  # the first server on the driver's node ("stays") or the other one ("lost")
+        if self._server is None and not lost and not pinned:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+            from fedclock.actors.ray_actors import RayServer
+
+            here = ray.get_runtime_context().get_node_id()
+            there = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
+            where = NodeAffinitySchedulingStrategy(here if sys.argv[2] == "stays" else there, soft=False)
+            self._server = ray.remote(RayServer).options(num_cpus=0, scheduling_strategy=where).remote(1)
+            pinned.append(True)
+        return server_actor(self, cfg)
+
+    pinned = []
+    server_actor = Runtime._server_actor
+    Runtime._server_actor = pinned_server
+    Session.apply = applying
+    try:
+        code = cli.main(sys.argv[3:])
+    finally:
+        with open(sys.argv[1], "w") as f:
+            json.dump(lost, f)
+    sys.exit(code)
+""")
+
+
+def _lose_the_worker_node(address: str, env: dict[str, str], tmp_path: Path,
+                          server: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """Run the small scenario (two executors, one on each node; checkpoints every 2 versions)
+    with ``--address``, the server actor on the driver's node (``server="stays"``) or on the
+    other (``"lost"``), and lose the other node after the server's third version; returns the
+    finished process, the results folder and the scenario file."""
+    file = tmp_path / "scenario.yaml"
+    file.write_text(yaml.safe_dump({**yaml.safe_load(SCENARIO), "name": "lost",
+                                    "runtime": {"num_actors": 2, "placement": "pooled", "respawn_timeout_s": 10},
+                                    "output": {"progress": False, "checkpoint_every": 2}}, sort_keys=False))
+    report, out = tmp_path / "lost.json", tmp_path / "cluster"
+    done = subprocess.run([sys.executable, "-c", NODE_KILLER, str(report), server, "run", str(file),
+                           "--address", address, "--out", str(out), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    lost = json.loads(report.read_text())
+    assert len(lost) == 1 and lost[0][1] < 120, (lost, done.stderr[-3000:])  # the node was declared dead
+    return done, out, file
+
+
+def _resume(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``fedclock run --resume OUT`` as a user types it (on the cluster the run names)."""
+    return subprocess.run([sys.executable, "-c", "import sys; from fedclock.scenarios import cli; "
+                           "sys.exit(cli.main(sys.argv[1:]))", "run", "--resume", str(out), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=out.parent)
+
+
+def _same_as_local(file: Path, out: Path) -> None:
+    (run,) = load_suite(file, ["runtime.backend=inline"]).runs
+    run_scenario(run, Runtime("inline"), out.parent / "local")
+    assert_same_tables(out, out.parent / "local")
+
+
+@pytest.mark.slow
+def test_a_worker_node_lost_stops_the_run_in_one_line_and_resume_on_the_smaller_cluster_matches(
+        two_node_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    """The worker node is lost mid-run (its raylet and workers SIGKILLed after the server's third
+    version): its executor cannot be replaced (the other node's one CPU is taken), so after
+    ``runtime.respawn_timeout_s`` the run stops in one line naming the lost executor and the way
+    back, exit 1; ``fedclock run --resume`` on the one-node cluster left takes one executor and
+    ends with the tables of the undisturbed local run, bit for bit. Runs after the tests that
+    need two nodes (the cluster has one after it)."""
+    address, env = two_node_cluster
+    done, out, file = _lose_the_worker_node(address, env, tmp_path, "stays")
+    ours = [line for line in done.stderr.splitlines() if line.startswith("fedclock:")]
+    assert done.returncode == 1 and len(ours) == 1, done.stderr[-3000:]
+    assert re.fullmatch(r"fedclock: error: client executor 1 was lost and its replacement did not start within 10 s "
+                        r"\(runtime.respawn_timeout_s\): the Ray cluster now has 1 node\(s\) with 1 CPUs \(0 free\), "
+                        r"the run's 2 executors need 2 \(a node lost\?\); the run stopped with its checkpoints: go on "
+                        rf"with fedclock run --resume {re.escape(str(out))} \(.*\)", ours[0]), ours[0]
+    resumed = _resume(out, env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "goes on from its checkpoint with 1 pooled executor(s)" in resumed.stderr, resumed.stderr[-3000:]
+    _same_as_local(file, out)
+
+
+@pytest.mark.slow
+def test_a_server_actor_lost_with_its_node_is_survived_or_resumed_with_the_local_results(
+        two_node_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    """The node holding the server actor (and one executor) is lost mid-run, on the cluster
+    after a fresh worker node joined it: the run goes on from its last checkpoint on a fresh
+    server with the executor that fits, or (when the lost executor is met first) stops in one
+    line and ``--resume`` finishes it; either way the tables equal the local run's."""
+    address, env = two_node_cluster
+    _join_worker(address, env)
+    done, out, file = _lose_the_worker_node(address, env, tmp_path, "lost")
+    ours = [line for line in done.stderr.splitlines() if line.startswith("fedclock: error:")]
+    assert (done.returncode, len(ours)) in ((0, 0), (1, 1)), done.stderr[-3000:]
+    if done.returncode == 1:
+        assert "was lost and its replacement did not start" in ours[0], ours[0]
+        assert _resume(out, env).returncode == 0
+    else:  # went on from its checkpoint on a fresh server, with the one executor that fits
+        assert "goes on from its checkpoint with 1 pooled executor(s)" in done.stderr, done.stderr[-3000:]
+    _same_as_local(file, out)

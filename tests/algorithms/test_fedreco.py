@@ -322,3 +322,37 @@ def test_head_fine_tuning_before_the_personalized_test() -> None:
     plain = FedReCo(params(), FACTORY).evaluate_client({"weights": W}, state, DATA, 4)
     assert plain.loss_sum != pytest.approx(loss, rel=1e-3)
     assert torch.equal(state["weights"], V)
+
+
+def test_the_global_body_motion_metrics() -> None:
+    """u_0 = (3, 0, 4, 0) at initialization (norm 5); two server steps of eta_0 = 0.5 with the
+    cohort-mean gradient (2, 0, 0, 0) move it to (2, 0, 4, 0), then (1, 0, 4, 0): drift 1/5 = 0.2
+    then 2/5 = 0.4; per-step change 1/5 = 0.2 then 1/sqrt(20) = 0.2236."""
+    alg = FedReCo(params(server_lr=0.5), FACTORY)
+    start = alg.init_server(gen())
+    first = alg.server_metrics(start)
+    assert first["global_body_drift"] == 0.0 and first["global_body_change"] != first["global_body_change"]  # NaN
+    weights = W.clone()
+    weights[BODY] = torch.tensor([3.0, 0.0, 4.0, 0.0])
+    state = ServerState(tensors={"weights": weights, "body_init": weights[BODY].clone()})
+    arrivals = [Arrival(0, {"grad": torch.tensor([4.0, 0.0, 0.0, 0.0])}, 10, 0, 0),
+                Arrival(1, {"grad": torch.zeros(4)}, 90, 0, 0)]
+    state, _ = alg.receive(state, arrivals, gen())
+    m = alg.server_metrics(state)
+    assert m["global_body_drift"] == pytest.approx(0.2) and m["global_body_change"] == pytest.approx(0.2)
+    state, _ = alg.receive(state, arrivals, gen())
+    m = alg.server_metrics(state)
+    assert m["global_body_drift"] == pytest.approx(0.4) and m["global_body_change"] == pytest.approx(20 ** -0.5)
+    # the workshop variant: u_0 is the mean of the uploaded bodies, (0, 0, 4, 0): change 3/5
+    avg = FedReCo(params(server_update="average"), FACTORY)
+    state = ServerState(tensors={"weights": weights, "body_init": weights[BODY].clone()})
+    state, _ = avg.receive(state, [Arrival(c, {"body": torch.tensor([0.0, 0.0, 4.0, 0.0])}, 5, 0, 0)
+                                   for c in (0, 1)], gen())
+    assert avg.server_metrics(state)["global_body_change"] == pytest.approx(0.6)
+    assert avg.server_metrics(state)["global_body_drift"] == pytest.approx(0.6)
+    # FedReCo-DP reports the same motion beside the privacy spent
+    dp = FedReCoDP(FedReCoDPParams(**params(server_lr=0.5).model_dump(), epsilon=0.2, delta=0.1), FACTORY)
+    state = ServerState(tensors={"weights": weights, "body_init": weights[BODY].clone()})
+    state, _ = dp.server_receive(state, arrivals, gen())
+    report = dp.server_metrics(state)
+    assert report["global_body_drift"] == pytest.approx(0.2) and report["dp_uploads_max"] == 1

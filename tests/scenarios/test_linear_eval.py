@@ -94,3 +94,33 @@ def test_the_swap_donor_is_the_next_client_with_a_state() -> None:
     assert _donor(2, [0, 1, 2, 3], states) is states[0]  # wraps round
     assert _donor(1, [0, 1, 2, 3], states) is states[2]
     assert _donor(0, [0, 1], {0: None, 1: None}) is None
+
+
+def test_probe_seeds_average_probes_with_their_own_seeds_and_fresh_adapters(trained) -> None:  # type: ignore[no-untyped-def]
+    """``probe_seeds: 3``: style 0's generalization figure is the mean of three
+    :func:`linear_probe` accuracies with the generators (seed, kind, style) and (seed, kind,
+    style, 1), (..., 2); client 1's personalization is the mean of three probes, each starting
+    from its own fresh copy of the client's adapter (G); the first repeat is the single probe."""
+    fed, alg, state, states = trained
+    cfg = CFG.model_copy(update={"probe_seeds": 3})
+    rows = linear_evaluation(alg, state, states, fed, cfg, seed=3)
+    single = linear_evaluation(alg, state, states, fed, CFG, seed=3)
+    args = dict(epochs=CFG.epochs, lr=CFG.lr, batch_size=CFG.batch_size)
+    keys = [(_KEY, _GENERALIZATION, 0), (_KEY, _GENERALIZATION, 0, 1), (_KEY, _GENERALIZATION, 0, 2)]
+    tr = torch.from_numpy(np.flatnonzero(fed.train_domain == 0))
+    te = torch.from_numpy(np.flatnonzero(fed.test_domain == 0))
+    accs = [linear_probe(alg.global_representation(state), fed.x[tr], fed.y[tr], fed.x_test[te], fed.y_test[te], 10,
+                         None, torch_rng(3, Stream.INIT, *k), **args).accuracy for k in keys]
+    name = fed.domain_names[0]
+    assert _pick(rows, "generalization", name) == pytest.approx(np.mean(accs), abs=1e-12)
+    assert _pick(single, "generalization", name) == pytest.approx(accs[0], abs=1e-12)
+    assert len(set(accs)) > 1  # the repeats differ: they are not one probe counted three times
+    data = fed.client_data(1)
+    te = torch.from_numpy(np.flatnonzero(fed.test_domain == fed.client_domain[1]))
+    keys = [(_KEY, _PERSONALIZATION, 1), (_KEY, _PERSONALIZATION, 1, 1), (_KEY, _PERSONALIZATION, 1, 2)]
+    accs = []
+    for k in keys:
+        frozen, adapter = alg.personal_probe(alg.payload_for(state, 1), states[1])  # a fresh G each time
+        accs.append(linear_probe(frozen, data.x_train, data.y_train, fed.x_test[te], fed.y_test[te], 10, adapter,
+                                 torch_rng(3, Stream.INIT, *k), **args).accuracy)
+    assert _pick(rows, "personalization", client=1) == pytest.approx(np.mean(accs), abs=1e-12)

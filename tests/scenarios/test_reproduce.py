@@ -13,8 +13,8 @@ from fedclock.scenarios import provenance
 from fedclock.scenarios.claim_stats import CANNOT_TELL, DOES_NOT_HOLD, HOLDS, IDENTICAL, Assessment
 from fedclock.scenarios.claims import Claim, ClaimError, load_claim_set, scoring, shipped_families
 from fedclock.scenarios.cli import main
-from fedclock.scenarios.reproduce import (NO_REASON, Outcome, cka_metric, measure, measure_linear, not_holding_lines,
-                                          report_number)
+from fedclock.scenarios.reproduce import (NO_REASON, Outcome, cka_metric, final_values, measure, measure_linear,
+                                          not_holding_lines, report_number, run_metric_rows)
 
 from .one_line import one_line_error, run_cli
 
@@ -91,6 +91,7 @@ def test_tiny_family_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"| {scoring('final_global')} |" in rows[0] and "| paired |" in rows[0]
     assert "(ablation)" in rows[2] and "| single cell against the paper's number |" in rows[2]
     assert "runs made at another commit" not in text.lower()  # every run made at this commit
+    assert "own run metrics" not in text  # FedAvg reports no global-body motion: no such section
     assert (report / "tiny_trains.png").stat().st_size > 0
     seeds = sorted(p.name for p in out.glob("tiny-*/trained/seed_*"))
     assert seeds == ["seed_0", "seed_1", "seed_2"]
@@ -118,6 +119,29 @@ def test_changed_settings_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[st
     killed = max(out.glob("*/trained/seed_1/run.json"), key=lambda p: p.stat().st_mtime)  # this setting's
     killed.write_text(killed.read_text(encoding="utf-8").replace('"finished"', '"running"'), encoding="utf-8")
     assert main(["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("  ran ") == 1
+
+
+def test_runs_made_before_a_field_existed_are_reused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose resolved scenario lacks a field that the scenario now leaves at its default
+    (a field added to the schema since) is the same scenario and is reused; one whose file
+    holds a value today's scenario does not is made again."""
+    path = _write(tmp_path, _claims(stop_rounds=1))
+    out = tmp_path / "out"
+    args = ["reproduce", str(path), "--seeds", "2", "--out", str(out), "--report", str(tmp_path)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("  ran ") == 4
+    files = sorted(out.glob("*/*/seed_*/scenario.resolved.yaml"))
+    for file in files:  # as if written before evaluation.adapted existed (default: none)
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        assert data["evaluation"].pop("adapted") is None
+        file.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert main(args) == 0
+    assert "  ran " not in capsys.readouterr().out
+    data = yaml.safe_load(files[0].read_text(encoding="utf-8"))
+    data["evaluation"]["every"] = 2  # today's scenario evaluates every round
+    files[0].write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert main(args) == 0
     assert capsys.readouterr().out.count("  ran ") == 1
 
 
@@ -349,6 +373,54 @@ def test_shipped_claim_sets_load() -> None:
         setting_tables(claim_set, path, plan(claim_set, path, 2))
     with pytest.raises(ClaimError):
         load_claim_set("definitely/not/a/file.yaml")
+
+
+def test_final_run_metrics_by_hand(tmp_path: Path) -> None:
+    """The last non-NaN value of each column per seed, then mean ± std (ddof 1) over the seeds:
+    drift 0.1, 0.3 -> 0.2 ± 0.14; change 0.02, 0.04 -> 0.03 ± 0.014; a run without the columns
+    gives no row."""
+    frames = {0: {"version": [0, 5, 10], "global_body_drift": [0.0, 0.05, 0.1],
+                  "global_body_change": [float("nan"), 0.03, 0.02]},
+              1: {"version": [0, 5, 10], "global_body_drift": [0.0, 0.2, 0.3],
+                  "global_body_change": [float("nan"), 0.05, 0.04]}}
+    assert final_values(pd.DataFrame(frames[0])) == {"global_body_drift": 0.1, "global_body_change": 0.02}
+    assert final_values(pd.DataFrame({"version": [0], "global_body_change": [float("nan")]})) == {}
+
+    class Stub:
+        key, names = "file-abc", {"reco", "plain"}
+
+        def run_dir(self, out: Path, name: str, seed: int) -> Path:
+            return out / name / f"seed_{seed}"
+
+    for seed, frame in frames.items():
+        for name, data in (("reco", frame), ("plain", {"version": [0, 10], "global_accuracy": [0.1, 0.5]})):
+            (tmp_path / name / f"seed_{seed}").mkdir(parents=True)
+            pd.DataFrame(data).to_parquet(tmp_path / name / f"seed_{seed}" / "metrics.parquet")
+    rows = run_metric_rows([Stub()], tmp_path, 2)  # type: ignore[list-item]
+    assert rows == ["| `file-abc` | `reco` | 10 | 0.2 ± 0.14 | 0.03 ± 0.014 |"]
+
+
+def test_a_claims_own_seeds_run_only_its_runs(tmp_path: Path) -> None:
+    """A claim with ``seeds: 5`` in a set of 2: its runs get seeds 0..4, the other claims' runs
+    0..1 (a run named by both gets the larger count); ``--seeds`` sets every claim's count."""
+    from fedclock.scenarios.reproduce import claim_seeds, jobs_for, plan
+
+    claims = _claims()
+    claims["seeds"] = 2
+    claims["claims"][2]["seeds"] = 5  # "cell": trained against a reference number
+    claims["claims"][0]["b"] = "skewed"  # "trains": trained vs skewed (unpaired below), 2 seeds
+    claims["claims"][0]["pairing"] = "unpaired"
+    path = _write(tmp_path, claims)
+    claim_set, file = load_claim_set(str(path))
+    per_claim = claim_seeds(claim_set)
+    assert per_claim == {"trains": 2, "same": 2, "cell": 5}
+    assert claim_seeds(claim_set, 3) == {"trains": 3, "same": 3, "cell": 3}
+    settings = plan(claim_set, file, claim_set.seeds, None, per_claim)
+    jobs = jobs_for(list({id(s): s for s in settings.values()}.values()), tmp_path / "out")
+    by_run: dict[str, list[int]] = {}
+    for job in jobs:
+        by_run.setdefault(job.scenario.name, []).append(job.scenario.seed)
+    assert by_run == {"trained": [0, 1, 2, 3, 4], "skewed": [0, 1]}
 
 
 def _outcome(claim_id: str, verdict: str, why_not: str = "") -> Outcome:
