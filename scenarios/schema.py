@@ -193,7 +193,7 @@ class DatasetConfig(StrictModel):
 
 
 ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn",
-                       "leaf_cnn", "char_lstm", "word_lstm", "word_lstm_small"]
+                       "leaf_cnn", "pfl_cnn", "char_lstm", "word_lstm", "word_lstm_small"]
 
 
 class ModelConfig(StrictModel):
