@@ -49,6 +49,7 @@ import inspect
 import os
 import pickle
 import shutil
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,16 @@ def load_idx_family(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
 
 
 def load_cifar(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
-    """CIFAR-10 or CIFAR-100 from their python pickles (``num_clients`` is not used)."""
+    """CIFAR-10 or CIFAR-100 from their python pickles (``num_clients`` is not used); with
+    ``dataset.generate``, CIFAR-10's pickles are first written from the seed into a temporary
+    folder (:mod:`fedclock.scenarios.cifar_generate`) and read back through the same reader."""
+    if cfg.generate is not None:
+        from fedclock.scenarios.cifar_generate import write_cifar10
+
+        with tempfile.TemporaryDirectory(prefix="fedclock-generated-") as tmp:
+            write_cifar10(Path(tmp), cfg.generate, seed)
+            x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, Path(tmp))
+        return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
     x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, data_root(cfg))
     return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
 
