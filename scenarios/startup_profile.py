@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 __all__ = ["StartupProfile", "active", "begin", "phase", "watch_first_task"]
 
-PHASES = ("imports", "scenario", "data", "model", "FLOP count", "actors")
+PHASES = ("imports", "scenario", "data", "model", "FLOP count", "actors", "evaluation")
 
 
 @dataclass
@@ -72,11 +72,16 @@ def phase(name: str) -> Iterator[None]:
 
 
 def watch_first_task(session: Any) -> None:
-    """Mark the profile's end at the session's first ``start`` (its first dispatched task)."""
+    """Mark the profile's end at the session's first ``start`` (its first dispatched task), and
+    time its evaluations before it (``evaluation``)."""
     profile = active()
     if profile is None:
         return
-    start = session.start
+    start, evaluate = session.start, session.evaluate
+
+    def scored() -> Any:
+        with phase("evaluation"):
+            return evaluate()
 
     def first(task: Any) -> Any:
         if profile.first_task is None:
@@ -84,3 +89,4 @@ def watch_first_task(session: Any) -> None:
         return start(task)
 
     session.start = first
+    session.evaluate = scored

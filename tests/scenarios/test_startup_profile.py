@@ -23,6 +23,9 @@ def test_phases_add_up_and_the_first_task_ends_the_profile(monkeypatch: pytest.M
         def start(self, task: int) -> int:
             return task
 
+        def evaluate(self) -> dict[str, float]:
+            return {}
+
     session = Session()
     startup_profile.watch_first_task(session)
     assert session.start(7) == 7  # 120: the first task
