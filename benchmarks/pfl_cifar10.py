@@ -481,6 +481,7 @@ def main() -> None:
                         "cifar10 1500, logreg 100); at least 2 for a steady state")
     parser.add_argument("--clients", type=int, default=None, help="bound: clients (a quick check of the script)")
     parser.add_argument("--cohort", type=int, default=None, help="bound: clients a round")
+    parser.add_argument("--test-images", type=int, default=None, help="bound: test images (generated data)")
     parser.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES)}")
     parser.add_argument("--threads", type=int, default=0, help="PyTorch threads of every side (0: each one's default)")
     parser.add_argument("--repeats", type=int, default=1)
@@ -509,7 +510,8 @@ def main() -> None:
     if args.rounds < 2:
         parser.error("--rounds: at least 2 (the steady state leaves out the first round)")
     work = {**WORKLOADS[args.workload], "rounds": args.rounds}
-    work.update({k: v for k, v in (("clients", args.clients), ("cohort", args.cohort)) if v is not None})
+    work.update({k: v for k, v in (("clients", args.clients), ("cohort", args.cohort), ("test", args.test_images))
+                 if v is not None})
 
     def say(line: str) -> None:
         print(line, flush=True)
