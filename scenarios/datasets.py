@@ -546,18 +546,20 @@ def _one_line(err: BaseException) -> str:
 # --------------------------------------------------------------------------- CIFAR
 def _load_cifar(cfg: DatasetConfig, root: Path
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """CIFAR-10/100 python pickles, read here (download through torchvision)."""
-    import torchvision.datasets as tvd
-
+    """CIFAR-10/100 python pickles, read here (download through torchvision, imported only then:
+    importing ``torchvision.datasets`` imports PyTorch's compiler, 1.7-2.5 s)."""
     if cfg.name == "cifar10":
-        title, folder, tv_cls, classes, key = "CIFAR-10", "cifar-10-batches-py", tvd.CIFAR10, 10, "labels"
+        title, folder, tv_name, classes, key = "CIFAR-10", "cifar-10-batches-py", "CIFAR10", 10, "labels"
         train_files = [f"data_batch_{i}" for i in range(1, 6)]
         test_files = ["test_batch"]
     else:
-        title, folder, tv_cls, classes, key = "CIFAR-100", "cifar-100-python", tvd.CIFAR100, 100, "fine_labels"
+        title, folder, tv_name, classes, key = "CIFAR-100", "cifar-100-python", "CIFAR100", 100, "fine_labels"
         train_files, test_files = ["train"], ["test"]
     base = root / folder
     if cfg.download and not all((base / f).is_file() for f in train_files + test_files):
+        import torchvision.datasets as tvd
+
+        tv_cls = getattr(tvd, tv_name)
         _download(title, root, lambda: tv_cls(str(root), train=True, download=True))
     for f in train_files + test_files:
         if not (base / f).is_file():
