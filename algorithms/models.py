@@ -138,6 +138,32 @@ class LeafCNN(FedModel):
                          {"conv": ("body.0.", "body.3."), "fc": ("body.7.", "head.")})
 
 
+class PflCNN(FedModel):
+    """pfl-research's ``simple_cnn`` (the CIFAR-10 model of its benchmark suite, whose
+    configuration ``benchmarks/pfl_cifar10.py`` and ``scenarios/library/benchmarks/pfl_cifar10.yaml``
+    follow): conv 3x3 (32, no padding) + ReLU, conv 3x3 (64, no padding) + ReLU, 2x2
+    max-pool, dropout 0.25, flatten, dense 128 + ReLU, dropout 0.5 (the body), linear head.
+    Weights of the convolutions and dense layers are Glorot (Xavier) uniform, biases keep
+    PyTorch's default. Inputs are channels-first ``(C, H, W)`` of at least 6x6. On 3x32x32
+    CIFAR-10 with 10 classes: 1,626,442 parameters. Stages ``conv`` and ``fc``. Not
+    vectorized (dropout); its dropout masks are drawn per task from the task's seed
+    (:func:`fedclock.algorithms.training.local_sgd`)."""
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        in_channels, height, width = (int(d) for d in input_shape)
+        side_h, side_w = (height - 4) // 2, (width - 4) // 2
+        if side_h < 1 or side_w < 1:
+            raise ValueError(f"model.name: pfl_cnn needs images of at least 6x6, got {height}x{width}")
+        body = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Dropout(0.25), nn.Flatten(), nn.Linear(64 * side_h * side_w, 128), nn.ReLU(), nn.Dropout(0.5))
+        head = nn.Linear(128, num_classes)
+        for m in (*body, head):
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.xavier_uniform_(m.weight)
+        super().__init__(body, head, {"conv": ("body.0.", "body.2."), "fc": ("body.7.", "head.")})
+
+
 class CharLSTMBody(nn.Module):
     """Embedding then a stacked LSTM; the feature is the last time step's output. Inputs are
     character indices (stored as floats, like every input of a federation; cast here)."""
@@ -240,6 +266,7 @@ BUILTIN_MODELS: dict[str, Callable[[tuple[int, ...], int, tuple[int, ...]], FedM
     "resnet18_gn": lambda shape, classes, hidden: _resnet18_gn(shape, classes),
     "conv_gn": lambda shape, classes, hidden: _conv_gn(shape, classes),
     "leaf_cnn": lambda shape, classes, hidden: LeafCNN(shape, classes),
+    "pfl_cnn": lambda shape, classes, hidden: PflCNN(shape, classes),
     "char_lstm": lambda shape, classes, hidden: CharLSTM(shape, classes),
     "word_lstm": lambda shape, classes, hidden: WordLSTM(shape, classes),
     "word_lstm_small": lambda shape, classes, hidden: WordLSTMSmall(shape, classes),
@@ -257,6 +284,7 @@ MODEL_SUMMARIES: dict[str, str] = {
     "resnet18_gn": "ResNet-18 with GroupNorm instead of BatchNorm (ImageNet stem from 128 px, CIFAR stem below)",
     "conv_gn": "four conv-GroupNorm-ReLU blocks and global average pooling (body), linear head",
     "leaf_cnn": "LEAF's FEMNIST CNN: two 5x5 conv (32, 64) + max-pool, dense 2048, linear head",
+    "pfl_cnn": "pfl-research's simple_cnn: conv 3x3 (32), conv 3x3 (64), max-pool, dropout, dense 128, dropout, head",
     "char_lstm": "LEAF's Shakespeare model: embedding 8, two LSTM layers of 256, linear head over characters",
     "word_lstm": "Stack Overflow next-word model (Reddi et al. 2021): embedding 96, LSTM 670, dense 96, head per token",
     "word_lstm_small": "word_lstm with embedding 16, LSTM 64, dense 16 (quick files)",

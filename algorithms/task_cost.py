@@ -36,11 +36,30 @@ algorithm holds, a gradient for each trainable one, a momentum buffer per traina
 when ``momentum > 0``, the tensors that came in and go out (payload, client state, upload)
 and the peak of live saved activations of the largest probe; a model of the same kind as
 the FLOPs (counted, not declared).
+
+**Counts kept on disk** (:class:`CountCache`). A count costs a process its first operator's
+import of PyTorch's compiler (``torch._dynamo``, 1.7-2.5 s on the 2-core machine:
+:mod:`fedclock.algorithms.flop_count`), whatever the model. Every count is a pure function of
+what its key holds, so it is kept in ``$FEDCLOCK_CACHE_DIR/counts`` (default
+``~/.cache/fedclock/counts``), one JSON file per count, and a later process reads it without
+counting. The key: the hash of every source file of ``fedclock.algorithms`` (any change to an
+algorithm, a model, the training loop or the counter makes new keys), PyTorch's version, the
+algorithm's class and parameters, population size, codecs, privacy layer and server optimizer,
+the model factory (name, input shape, classes, hidden widths, target shape), the input dtype,
+the probe (samples, steps, steady) and the kind of count. Nothing is cached for an algorithm
+class defined outside ``fedclock.algorithms`` or a user's model builder (their code is not in
+the hash): they are counted in every process. ``FEDCLOCK_CACHE_DIR=off`` turns the cache off.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -52,6 +71,93 @@ LARGE_BATCHES = 8
 """A client with at least this many batches of samples is a large one (module docstring)."""
 SMALL_BATCH = 12
 """Below this batch size every small client size is probed on its own."""
+
+
+CACHE_ENV = "FEDCLOCK_CACHE_DIR"
+"""Environment variable naming the cache folder (``off``: no cache)."""
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def _source_hash() -> str:
+    """SHA-256 of every ``.py`` file of ``fedclock.algorithms`` (names and contents), once a process."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cache_folder() -> Path | None:
+    """The folder counts are kept in, or None when ``$FEDCLOCK_CACHE_DIR`` is ``off``."""
+    value = os.environ.get(CACHE_ENV)
+    if value == "off":
+        return None
+    return (Path(value).expanduser() if value else Path.home() / ".cache" / "fedclock") / "counts"
+
+
+def count_key(algorithm: Algorithm, input_dtype: torch.dtype, probe: tuple[object, ...]) -> str | None:
+    """The cache key of one count of ``algorithm`` (see the module's docstring), or None when
+    the algorithm's class or the model is a user's (never cached)."""
+    factory = algorithm.model_factory
+    if factory.builder is not None or not type(algorithm).__module__.startswith("fedclock.algorithms."):
+        return None
+    parts = (_source_hash(), torch.__version__, type(algorithm).__module__, type(algorithm).__qualname__,
+             algorithm.params.model_dump_json(), algorithm.num_clients,
+             repr(getattr(algorithm, "upload_codec", None)), repr(getattr(algorithm, "download_codec", None)),
+             repr(getattr(algorithm, "privacy", None)), repr(algorithm.server_optimizer), factory.name,
+             tuple(factory.input_shape), factory.num_classes, tuple(factory.hidden), tuple(factory.target_shape),
+             str(input_dtype), probe)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _read(key: str | None) -> dict[str, int] | None:
+    folder = cache_folder()
+    if key is None or folder is None:
+        return None
+    try:
+        value = json.loads((folder / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None  # absent or unreadable: counted again
+    return value if isinstance(value, dict) else None
+
+
+def _write(key: str | None, value: dict[str, int]) -> None:
+    folder = cache_folder()
+    if key is None or folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f"{key}.{os.getpid()}.part"
+        part.write_text(json.dumps(value))
+        os.replace(part, folder / f"{key}.json")  # whole or absent, whatever runs beside it
+    except OSError:
+        pass  # a read-only home: counted again next time
+
+
+def cached_task_count(algorithm: Algorithm, num_samples: int, steps: int | None, input_dtype: torch.dtype,
+                      steady: bool) -> TaskCount:
+    """:func:`~fedclock.algorithms.flop_count.count_task`, read from the cache when it holds it."""
+    key = count_key(algorithm, input_dtype, ("task", num_samples, steps, steady))
+    hit = _read(key)
+    if hit is not None:
+        try:
+            return TaskCount(**hit)
+        except TypeError:
+            pass
+    count = count_task(algorithm, num_samples, steps, input_dtype, steady=steady)
+    _write(key, dataclasses.asdict(count))
+    return count
+
+
+def cached_sample_count(algorithm: Algorithm, input_dtype: torch.dtype) -> int:
+    """:func:`~fedclock.algorithms.flop_count.count_sample`, read from the cache when it holds it."""
+    key = count_key(algorithm, input_dtype, ("sample",))
+    hit = _read(key)
+    if hit is not None and isinstance(hit.get("flops"), int):
+        return int(hit["flops"])
+    flops = count_sample(algorithm, input_dtype)
+    _write(key, {"flops": flops})
+    return flops
 
 
 @dataclass
@@ -91,14 +197,14 @@ class TaskCost:
     def sample_flops(self) -> int:
         """FLOPs of one plain training sample of the model (forward + backward)."""
         if self._sample is None:
-            self._sample = count_sample(self.algorithm, self.input_dtype)
+            self._sample = cached_sample_count(self.algorithm, self.input_dtype)
         return self._sample
 
     def _count(self, num_samples: int, steps: int | None = None) -> TaskCount:
         key = (num_samples, steps)
         if key not in self._by_size:
-            self._by_size[key] = count_task(self.algorithm, num_samples, steps, self.input_dtype,
-                                            steady=not self.algorithm.partial_work)
+            self._by_size[key] = cached_task_count(self.algorithm, num_samples, steps, self.input_dtype,
+                                                   not self.algorithm.partial_work)
         return self._by_size[key]
 
     def _coefficients(self) -> tuple[Fraction, Fraction, Fraction]:

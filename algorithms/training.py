@@ -22,6 +22,7 @@ uploads its model's change or its trained model.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 from functools import reduce
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
@@ -203,6 +204,8 @@ def local_sgd(model: nn.Module, factory: FlatCodec, start_weights: torch.Tensor,
     done = 0
     was_training = model.training
     model.train()
+    seeded = contextlib.ExitStack()
+    seed_dropout(seeded, model, rng, device)
     try:
         for idx in batches(n, params.batch_size, steps, rng):
             idx = idx.to(device)
@@ -229,11 +232,30 @@ def local_sgd(model: nn.Module, factory: FlatCodec, start_weights: torch.Tensor,
             done += 1
             loss_sum += first[0]
     finally:
+        seeded.close()
         model.zero_grad(set_to_none=True)
         for p, flag in zip(all_params, saved_flags):
             p.requires_grad_(flag)
         model.train(was_training)
     return factory.flatten(model), {"train_loss": float(loss_sum) / done, "steps": done}
+
+
+DROPOUT_SALT = 0x9E3779B97F4A7C15
+"""Mixed into a task generator's seed to seed its dropout masks (a stream apart from its batches)."""
+
+
+def seed_dropout(stack: contextlib.ExitStack, model: nn.Module, rng: torch.Generator,
+                 device: torch.device) -> bool:
+    """For a model with dropout layers, seed PyTorch's global generator (what dropout draws its
+    masks from) from the task generator's seed inside ``stack`` (restored when it closes), so a
+    task's masks depend on the task alone, not on which executor ran it or what ran before:
+    the same tables on every backend. Returns whether the model has dropout (else nothing is
+    entered)."""
+    if not any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
+        return False
+    stack.enter_context(torch.random.fork_rng(devices=[device] if device.type == "cuda" else []))
+    torch.manual_seed((rng.initial_seed() ^ DROPOUT_SALT) & ((1 << 63) - 1))
+    return True
 
 
 def train_from(algorithm: Algorithm, start_weights: torch.Tensor, data: ClientData, rng: torch.Generator,

@@ -36,6 +36,7 @@ from fedclock.actors.watchdog import TaskHung
 from fedclock.actors.runtime import ResourceError
 from fedclock.algorithms.models import MODEL_SUMMARIES
 from fedclock.algorithms.registry import ALGORITHMS, UnknownAlgorithm
+from fedclock.scenarios import startup_profile
 from fedclock.scenarios.api import execute, resolve_path, scenario_dir, shipped_scenarios, summary_root
 from fedclock.scenarios.checkpoints import CheckpointError
 from fedclock.scenarios.claims import ClaimError
@@ -80,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None, metavar="ADDR",
                      help="run on an existing Ray cluster (overrides runtime.address), e.g. 10.0.0.5:6379 or auto")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--profile-startup", action="store_true", help="print where the seconds before the first "
+                     "client task went (imports, scenario, data, model, FLOP count, actors, other)")
     run.add_argument("--seed", dest="seeds", action="append", type=int, default=[], metavar="S",
                      help="run only this seed of the file's seeds:/repeats: (repeatable; separate processes may run "
                      "different seeds side by side into the same --out)")
@@ -209,11 +212,18 @@ def main(argv: Sequence[str] | None = None, ray_start: RayStart | None = None) -
             return _run(_resume_suite(args.resume, overrides), args.resume, quiet=args.quiet, resume=True)
         if args.file is None:
             raise UsageError("run: give a scenario FILE, or --resume DIR")
-        path = resolve_path(args.file)
-        suite = _only_seeds(load_suite(path, overrides), args.seeds)
+        profile = startup_profile.begin() if args.profile_startup else None
+        with startup_profile.phase("scenario"):
+            path = resolve_path(args.file)
+            suite = _only_seeds(load_suite(path, overrides), args.seeds)
         if args.jobs != 1 or args.unfinished:
+            if profile is not None:
+                raise UsageError("--profile-startup: profiles one process's run; leave out --jobs and --unfinished")
             return _run_grid(suite, args)
-        return _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite, ray_start=ray_start)
+        code = _run(suite, args.out, quiet=args.quiet, overwrite=args.overwrite, ray_start=ray_start)
+        if profile is not None:
+            print(f"fedclock: {profile.report()}", file=sys.stderr)
+        return code
     except (ScenarioError, DatasetError, UsageError, ResourceError, ResultsError, MetricError, CheckpointError,
             PluginError, ClaimError, FolderInUse, SelectorError) as exc:
         print(f"fedclock: error: {one_line(str(exc))}", file=sys.stderr)

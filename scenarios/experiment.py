@@ -25,6 +25,7 @@ from fedclock.algorithms.privacy import PrivateUploads, with_privacy
 from fedclock.algorithms.models import ModelFactory
 from fedclock.algorithms.registry import algorithm_names, get_algorithm
 from fedclock.algorithms.task_cost import TaskCost
+from fedclock.scenarios import startup_profile
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.data.federation import Federation, build_federation
@@ -246,8 +247,11 @@ def _run_scenario(scenario: Scenario, runtime: Runtime, out_dir: Path,
     started = time.perf_counter()
     seed = scenario.seed
     if federation is None:
-        federation = build_federation(scenario.dataset, scenario.population.num_clients, seed, scenario.plugin_dir)
-    algorithm = make_algorithm(scenario, federation)
+        with startup_profile.phase("data"):
+            federation = build_federation(scenario.dataset, scenario.population.num_clients, seed,
+                                          scenario.plugin_dir)
+    with startup_profile.phase("model"):
+        algorithm = make_algorithm(scenario, federation)
     mark = fingerprint(resolved_dict(scenario))
     checkpoint = None
     if resume:
@@ -339,15 +343,18 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
     # counted before the actors are set up: on Ray this runs while their processes start (the
     # counts are lazy: task_costs and feasible_clients make the first ones, which import
     # torch._dynamo, 1-2 CPU s; benchmarks/RESULTS.md, "Ray start-up, third pass")
-    task_cost = counted.task(algorithm, federation.x.dtype)
-    server_cost = counted.server(algorithm, federation.x.dtype)
-    costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
-    feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
+    with startup_profile.phase("FLOP count"):
+        task_cost = counted.task(algorithm, federation.x.dtype)
+        server_cost = counted.server(algorithm, federation.x.dtype)
+        costs = task_costs(algorithm, task_cost, scenario.population.compute_unit)
+        feasible = feasible_clients(task_cost, federation.client_sizes(), devices.memory_gb)
     if isinstance(algorithm, PrivateUploads):  # before the algorithm travels to the actors
         algorithm.accounting = feasible_accounting(algorithm.accounting, feasible)
-    session = runtime.session(scenario.runtime, federation, algorithm, seed,
-                              scenario.evaluation.batch_size, scenario.evaluation.personalized,
-                              scenario.evaluation.adapted, fit=checkpoint is not None)
+    with startup_profile.phase("actors"):
+        session = runtime.session(scenario.runtime, federation, algorithm, seed,
+                                  scenario.evaluation.batch_size, scenario.evaluation.personalized,
+                                  scenario.evaluation.adapted, fit=checkpoint is not None)
+    startup_profile.watch_first_task(session)
     writer = ResultsWriter(out_dir, scenario, scenario.output.flush_every_s, on_progress, resume=checkpoint is not None)
     session.clients_evaluated = writer.clients_evaluated
     session.clients_adapted = writer.clients_adapted
@@ -398,13 +405,16 @@ def task_costs(algorithm: Algorithm, cost: TaskCost, unit: str) -> TaskCosts:
     """What the clock charges per task: bytes each way and work, in GFLOP (``unit`` ``gflops``)
     or in plain training samples of the model (``samples_per_s``: the counted FLOPs over one
     sample's forward and backward, so a FedAvg task of s steps of B samples is s x B)."""
-    scale = Fraction(10**9) if unit == "gflops" else Fraction(cost.sample_flops())
+    with startup_profile.phase("FLOP count"):
+        scale = Fraction(10**9) if unit == "gflops" else Fraction(cost.sample_flops())
 
     def work(num_samples: int) -> float:
-        return float(cost.flops(num_samples) / scale)
+        with startup_profile.phase("FLOP count"):  # the counts are made on first use
+            return float(cost.flops(num_samples) / scale)
 
     def work_for_steps(num_samples: int, steps: int) -> float:
-        return float(cost.flops(num_samples, steps) / scale)
+        with startup_profile.phase("FLOP count"):
+            return float(cost.flops(num_samples, steps) / scale)
 
     return TaskCosts(algorithm.download_bytes(), algorithm.upload_bytes(), work, local_steps=algorithm.local_steps,
                      work_for_steps=work_for_steps)

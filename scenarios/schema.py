@@ -69,11 +69,22 @@ else:
 class GeneratedFiles(StrictModel):
     """``dataset.generate``: write a small data set in ``dataset.format`` from the scenario
     seed and read it back through the format's reader (quick runs and tests; no download).
-    Users' sizes are log-normal around ``mean_samples`` (natural size heterogeneity)."""
+    Users' sizes are log-normal around ``mean_samples`` (natural size heterogeneity). For
+    ``cifar10`` (no format: its own pickles), ``users x mean_samples`` training images and
+    ``test_samples`` test images (:mod:`fedclock.scenarios.data.cifar_generate`)."""
 
     users: Annotated[int, Field(ge=2, le=100_000)] = 20
     mean_samples: Annotated[int, Field(ge=2, le=10_000)] = 40
     test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    test_samples: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
+        default=None, description="cifar10: images of the generated test set (default: test_fraction of all images)")
+
+
+IMAGE_GENERATED: tuple[str, ...] = ("cifar10",)
+"""Datasets ``dataset.generate`` writes in their own published files, without ``dataset.format``
+(:mod:`fedclock.scenarios.data.cifar_generate`)."""
+MAX_GENERATED_IMAGES = 1_000_000
+"""Most training images a generated image set may hold (3 KB each)."""
 
 
 PluginName = Annotated[str, Field(min_length=1, max_length=400)]
@@ -136,8 +147,17 @@ class DatasetConfig(StrictModel):
                 formats = [f for f, names in FORMAT_DATASETS.items() if self.name in names]
                 raise ValueError(f"format: {self.name} is read from client files; set format "
                                  f"(allowed: {', '.join(formats)})")
+            if self.generate is not None and self.name not in IMAGE_GENERATED:
+                raise ValueError(f"generate: needs dataset.format (allowed: leaf), or dataset.name "
+                                 f"{' or '.join(IMAGE_GENERATED)} (its own files)")
             if self.generate is not None:
-                raise ValueError("generate: needs dataset.format (allowed: leaf)")
+                images = self.generate.users * self.generate.mean_samples
+                if images % 5 or images > MAX_GENERATED_IMAGES:
+                    raise ValueError(f"generate.users: users x mean_samples is {images} training images; {self.name} "
+                                     f"writes a multiple of 5 (five batch files) up to {MAX_GENERATED_IMAGES:,}")
+                if self.root is not None or self.download:
+                    raise ValueError("generate: writes the data itself, so dataset.root and dataset.download are not "
+                                     "read; remove them, or set dataset.generate: null to read the files under root")
             natural = self.partition if isinstance(self.partition, NaturalPartition) else None
             if natural is not None and (natural.min_samples is not None or natural.sample_clients is not None):
                 raise ValueError("partition.min_samples: min_samples and sample_clients apply to client files "
@@ -148,6 +168,9 @@ class DatasetConfig(StrictModel):
         if self.name not in FORMAT_DATASETS[self.format]:
             raise ValueError(f"format: {self.format} is read for {', '.join(FORMAT_DATASETS[self.format])}, "
                              f"not {self.name}")
+        if self.generate is not None and self.generate.test_samples is not None:
+            raise ValueError(f"generate.test_samples: applies to {', '.join(IMAGE_GENERATED)} without a format; "
+                             f"{self.format} files take test_fraction of every user's samples")
         made = GENERATED[self.format]
         if self.generate is not None and self.name not in made:
             if not made:
@@ -193,7 +216,7 @@ class DatasetConfig(StrictModel):
 
 
 ShippedModel = Literal["mlp", "cnn5", "spfl_cnn", "spfl_cnn_padded", "logistic", "resnet18_gn", "conv_gn",
-                       "leaf_cnn", "char_lstm", "word_lstm", "word_lstm_small"]
+                       "leaf_cnn", "pfl_cnn", "char_lstm", "word_lstm", "word_lstm_small"]
 
 
 class ModelConfig(StrictModel):

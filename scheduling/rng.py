@@ -59,6 +59,8 @@ class DataStream(IntEnum):
     """``dataset.generate``'s LEAF files (:mod:`fedclock.scenarios.data.leaf_generate`)."""
     STACKOVERFLOW_GENERATE = 0x534F4701
     """``dataset.generate``'s Stack Overflow TFF files (:mod:`fedclock.scenarios.data.stackoverflow_generate`)."""
+    CIFAR_GENERATE = 0x43494601
+    """``dataset.generate``'s CIFAR-10 pickles (:mod:`fedclock.scenarios.data.cifar_generate`)."""
     DOMAIN_DEAL = 0x444F4D01
     """Multi-domain sources (:mod:`fedclock.scenarios.data.domains`): dealing clients to domains."""
     DOMAIN_SUBSAMPLE = 0x444F4D02

@@ -10,6 +10,11 @@ import pytest
 from fedclock.scenarios.loader import parse_suite
 from fedclock.scenarios.schema import Scenario
 
+os.environ.setdefault("FEDCLOCK_CACHE_DIR", "off")
+"""Counts are not kept on disk during tests (algorithms/task_cost.py): every test counts as it
+did before the cache, and nothing is written to the home folder; tests/algorithms/test_count_cache.py
+turns the cache on in a temporary folder."""
+
 REPORTED_PACKAGES = ("torch", "numpy", "pandas", "pyarrow", "PyYAML", "pydantic", "ray", "scipy", "simpy")
 """The dependencies whose versions every test run prints in its header."""
 

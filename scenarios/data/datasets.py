@@ -49,6 +49,7 @@ import inspect
 import os
 import pickle
 import shutil
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +147,16 @@ def load_idx_family(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
 
 
 def load_cifar(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
-    """CIFAR-10 or CIFAR-100 from their python pickles (``num_clients`` is not used)."""
+    """CIFAR-10 or CIFAR-100 from their python pickles (``num_clients`` is not used); with
+    ``dataset.generate``, CIFAR-10's pickles are first written from the seed into a temporary
+    folder (:mod:`fedclock.scenarios.data.cifar_generate`) and read back through the same reader."""
+    if cfg.generate is not None:
+        from fedclock.scenarios.data.cifar_generate import write_cifar10
+
+        with tempfile.TemporaryDirectory(prefix="fedclock-generated-") as tmp:
+            write_cifar10(Path(tmp), cfg.generate, seed)
+            x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, Path(tmp))
+        return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
     x_tr, y_tr, x_te, y_te, classes = _load_cifar(cfg, data_root(cfg))
     return _finish_images(cfg, seed, x_tr, y_tr, x_te, y_te, classes, scale=255.0)
 
@@ -551,15 +561,16 @@ def _one_line(err: BaseException) -> str:
 # --------------------------------------------------------------------------- CIFAR
 def _load_cifar(cfg: DatasetConfig, root: Path
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """CIFAR-10/100 python pickles, read here (download through torchvision)."""
-    import torchvision.datasets as tvd
-
+    """CIFAR-10/100 python pickles, read here (download through torchvision, imported only then:
+    importing ``torchvision.datasets`` imports PyTorch's compiler, 1.7-2.5 s)."""
     published = _files(cfg)
-    title, folder, tv_cls, classes, key = (published.title, published.folder, getattr(tvd, published.torchvision),
-                                           published.classes, published.label_key)
+    title, folder, classes, key = published.title, published.folder, published.classes, published.label_key
     train_files, test_files = list(published.train), list(published.test)
     base = root / folder
     if cfg.download and not all((base / f).is_file() for f in train_files + test_files):
+        import torchvision.datasets as tvd
+
+        tv_cls = getattr(tvd, published.torchvision)
         download_files(title, root, lambda: tv_cls(str(root), train=True, download=True))
     for f in train_files + test_files:
         if not (base / f).is_file():

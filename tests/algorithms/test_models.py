@@ -8,7 +8,8 @@ from fedclock.algorithms.models import MODEL_NAMES, ModelFactory
 
 SHAPES = {"mlp": (1, 8, 8), "logistic": (1, 8, 8), "cnn5": (1, 28, 28), "spfl_cnn": (1, 28, 28),
           "spfl_cnn_padded": (1, 8, 8),
-          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8), "leaf_cnn": (1, 28, 28), "char_lstm": (80,),
+          "resnet18_gn": (3, 32, 32), "conv_gn": (1, 8, 8), "leaf_cnn": (1, 28, 28), "pfl_cnn": (3, 32, 32),
+          "char_lstm": (80,),
           "word_lstm": (20,), "word_lstm_small": (20,)}
 WORDS = ("word_lstm", "word_lstm_small")
 """Next-word models: index inputs, one prediction per position."""
@@ -106,3 +107,26 @@ def test_leaf_models_are_leafs_reference_networks() -> None:
     assert model(x).shape == (3, 80) and model.features(x).shape == (3, 256)
     with pytest.raises(ValueError, match="char_lstm reads sequences"):
         ModelFactory("char_lstm", (1, 28, 28), 62).build()
+
+
+def test_pfl_cnn_is_pfl_researchs_simple_cnn() -> None:
+    """pfl-research's simple_cnn on CIFAR-10: valid 3x3 convolutions 32 -> 30 -> 28, 2x2 pool
+    -> 14, so dense 128 sees 64 * 14 * 14 = 12,544 inputs: 896 + 18,496 + 1,605,760 + 1,290
+    = 1,626,442 parameters; two dropout layers (0.25, 0.5); Glorot-uniform weights (bound
+    sqrt(6 / (fan_in + fan_out))), zero-free default biases."""
+    factory = ModelFactory("pfl_cnn", (3, 32, 32), 10)
+    assert factory.num_params == (3 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (12_544 * 128 + 128) + (128 * 10 + 10)
+    assert factory.num_params == 1_626_442
+    model = factory.build()
+    assert [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)] == [0.25, 0.5]
+    dense = model.body[7]
+    bound = (6 / (12_544 + 128)) ** 0.5  # Glorot: fan_in 12,544, fan_out 128
+    assert dense.weight.abs().max() <= bound and dense.weight.abs().max() > 0.95 * bound
+    conv1 = model.body[0]
+    bound1 = (6 / (3 * 9 + 32 * 9)) ** 0.5
+    assert conv1.weight.abs().max() <= bound1 and conv1.weight.abs().max() > 0.9 * bound1
+    model.eval()
+    assert model(torch.randn(4, 3, 32, 32)).shape == (4, 10)
+    assert list(factory.stage_slices()) == ["conv", "fc"]
+    with pytest.raises(ValueError, match="pfl_cnn needs images of at least 6x6"):
+        ModelFactory("pfl_cnn", (3, 5, 5), 10).build()

@@ -179,3 +179,29 @@ def test_sgd_step_is_torch_optim_sgd_bit_for_bit(momentum: float, weight_decay: 
         for a, b in zip(nets[0].parameters(), nets[1].parameters()):
             assert torch.equal(a, b), f"step {step}"
     assert not torch.equal(nets[1][2].bias, nets[1][2].bias.new_zeros(3))
+
+
+def test_dropout_masks_depend_on_the_task_alone() -> None:
+    """pfl_cnn has dropout: a task's masks are seeded from its generator's seed, so the same
+    task gives the same weights whatever the global generator's state (another executor, other
+    tasks before it), and the global generator is left as it was. Ablation: the same loop with
+    the masks drawn from the global generator (seed_dropout off) differs between two states."""
+    from unittest import mock
+
+    factory = ModelFactory("pfl_cnn", (3, 8, 8), 3)
+    model = factory.build()
+    start = factory.flatten(model)
+    gen = torch.Generator().manual_seed(5)
+    data = make_data(torch.randn(12, 3, 8, 8, generator=gen), torch.randint(0, 3, (12,), generator=gen))
+    params = AlgorithmParams(lr=0.1, batch_size=4)
+
+    def run(global_seed: int, restored: bool = True) -> torch.Tensor:
+        torch.manual_seed(global_seed)
+        before = torch.get_rng_state()
+        out, _ = local_sgd(model, factory, start, data, params, torch.Generator().manual_seed(11), 3)
+        assert torch.equal(torch.get_rng_state(), before) == restored
+        return out
+
+    assert torch.equal(run(1), run(2))
+    with mock.patch("fedclock.algorithms.training.seed_dropout", return_value=False):
+        assert not torch.equal(run(1, False), run(2, False))

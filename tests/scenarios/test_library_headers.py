@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
-FAMILIES = ("crossdevice", "fedmrur", "fedreco", "fedstyle", "spfl_plga", "selection")
+FAMILIES = ("benchmarks", "crossdevice", "fedmrur", "fedreco", "fedstyle", "spfl_plga", "selection")
 HEADER_ROW = "# | setting | paper | section | this file | why it differs |"
 SEPARATOR_ROW = "# |---|---|---|---|---|"
 MIN_ROWS = 5
