@@ -4,7 +4,7 @@ run's first client task go, printed once that task is dispatched.
 Phases (wall seconds, the first run of the file only): ``imports`` (from the process's start,
 as the operating system records it, to the command reading its file: the interpreter,
 PyTorch, Ray's client, fedclock), ``scenario`` (reading and checking the file), ``data``
-(:func:`~fedclock.scenarios.federation.build_federation`: reading, standardizing and splitting
+(:func:`~fedclock.scenarios.data.federation.build_federation`: reading, standardizing and splitting
 the data set), ``model`` (the algorithm and its model), ``FLOP count`` (counting what a task
 and a server step cost, :mod:`fedclock.algorithms.task_cost`: PyTorch's compiler is imported
 here unless every count is cached on disk), ``actors`` (the runtime's session: on Ray, waiting

@@ -1,6 +1,6 @@
 """CIFAR-10-shaped images written in CIFAR-10's own python pickles from a seed
 (``dataset.generate`` with ``dataset.name: cifar10``), so the reader of the real files
-(:func:`fedclock.scenarios.datasets.load_cifar`) runs on them as on the published data.
+(:func:`fedclock.scenarios.data.datasets.load_cifar`) runs on them as on the published data.
 
 The layout is the published one: ``<folder>/cifar-10-batches-py/data_batch_1..5`` and
 ``test_batch``, each a protocol-2 pickle of a dict with ``data`` (uint8, one row of 3,072

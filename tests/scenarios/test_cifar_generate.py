@@ -10,7 +10,7 @@ import torch
 from pydantic import ValidationError
 
 from fedclock.scenarios.data.cifar_generate import cifar_sizes, write_cifar10
-from fedclock.scenarios.datasets import load_dataset
+from fedclock.scenarios.data.datasets import load_dataset
 from fedclock.scenarios.schema import DatasetConfig, GeneratedFiles
 
 
