@@ -551,15 +551,16 @@ def _one_line(err: BaseException) -> str:
 # --------------------------------------------------------------------------- CIFAR
 def _load_cifar(cfg: DatasetConfig, root: Path
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """CIFAR-10/100 python pickles, read here (download through torchvision)."""
-    import torchvision.datasets as tvd
-
+    """CIFAR-10/100 python pickles, read here (download through torchvision, imported only then:
+    importing ``torchvision.datasets`` imports PyTorch's compiler, 1.7-2.5 s)."""
     published = _files(cfg)
-    title, folder, tv_cls, classes, key = (published.title, published.folder, getattr(tvd, published.torchvision),
-                                           published.classes, published.label_key)
+    title, folder, classes, key = published.title, published.folder, published.classes, published.label_key
     train_files, test_files = list(published.train), list(published.test)
     base = root / folder
     if cfg.download and not all((base / f).is_file() for f in train_files + test_files):
+        import torchvision.datasets as tvd
+
+        tv_cls = getattr(tvd, published.torchvision)
         download_files(title, root, lambda: tv_cls(str(root), train=True, download=True))
     for f in train_files + test_files:
         if not (base / f).is_file():
