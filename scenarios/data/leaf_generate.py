@@ -59,6 +59,7 @@ def write_leaf(folder: Path, make: Samples, cfg: GeneratedFiles, seed: int) -> N
 
 
 def femnist_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
+    """FEMNIST writers: strokes around 62 class prototypes (module docstring)."""
     grid = np.stack(np.meshgrid(np.arange(28), np.arange(28), indexing="ij"), -1).astype(np.float64)
     protos = np.zeros((FEMNIST_CLASSES, 28, 28))
     for c in range(FEMNIST_CLASSES):
@@ -80,6 +81,7 @@ def femnist_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[l
 
 
 def shakespeare_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
+    """Shakespeare roles: 80-character windows of made-up lines (module docstring)."""
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     vocab = ["".join(rng.choice(letters, int(rng.integers(2, 8)))) for _ in range(300)]
     users = []
@@ -98,6 +100,7 @@ def shakespeare_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tup
 
 
 def synthetic_samples(rng: np.random.Generator, sizes: np.ndarray) -> list[tuple[list, list]]:
+    """Synthetic users: vectors around a user's centre, labels of a user's model (module docstring)."""
     shared = rng.normal(0, 1, (10, 60))
     users = []
     for n in sizes:

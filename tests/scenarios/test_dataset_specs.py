@@ -99,3 +99,42 @@ def test_the_natural_split_check_names_the_registry() -> None:
                                          r"synthetic, or client files"):
         DatasetConfig(name="mnist", partition={"type": "natural"})
     DatasetConfig(name="synthetic", partition={"type": "natural"})
+
+
+def _name_dispatch(source: str) -> list[str]:
+    """Comparisons of anything with a shipped dataset's name or a file format (``x == "femnist"``,
+    ``name in ("sent140", "celeba")``) and tables keyed by them, in ``source``; a multi-domain
+    source's own domain names (``mnist`` is one of ``digit_domains``) are keys of its readers."""
+    import ast
+
+    names = set(specs.DATASET_NAMES) | set(specs.FILE_FORMATS)
+    domains = {d for ds in specs.DOMAINS.values() for d in ds}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                found += [f"line {node.lineno}: compares with {v.value!r}" for v in values
+                          if isinstance(v, ast.Constant) and v.value in names]
+        elif isinstance(node, ast.Dict):
+            found += [f"line {node.lineno}: a table keyed by {k.value!r}" for k in node.keys
+                      if isinstance(k, ast.Constant) and k.value in names - domains]
+    return found
+
+
+def test_no_data_module_dispatches_on_a_dataset_name_or_format() -> None:
+    """What differs between datasets is said in their specs (the reader class, the published
+    files, the loader), so no module of the data wing besides the registry tests a name."""
+    from pathlib import Path
+
+    folder = Path(specs.__file__).parent
+    modules = sorted(p for p in folder.glob("*.py") if p.name != "dataset_specs.py")
+    assert len(modules) > 15
+    found = {p.name: hits for p in modules if (hits := _name_dispatch(p.read_text()))}
+    assert not found, found
+
+
+def test_the_dispatch_check_sees_a_ladder() -> None:
+    ladder = 'if cfg.format == "leaf":\n    pass\nelif name in ("sent140", "celeba"):\n    pass\nT = {"femnist": 1}\n'
+    assert len(_name_dispatch(ladder)) == 4
+    assert _name_dispatch('READERS = {"mnist": 1, "usps": 2}\nif style == "thick":\n    pass\n') == []
