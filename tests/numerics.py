@@ -152,17 +152,23 @@ def run_bounds(scenario: Any, clients: pd.DataFrame) -> RunBounds:
                      personal_accuracy=accuracy_atol(int(tested.min()) if len(tested) else 1))
 
 
+WEIGHT_COLUMNS = ("update_norm_gain", "global_body_drift", "global_body_change")
+"""``metrics.parquet`` columns an algorithm computes from the trained weights (norms and their
+ratios): they carry the weights' rounding, so they are compared as losses are."""
+
+
 def assert_close_metrics(a: pd.DataFrame, b: pd.DataFrame, bounds: RunBounds) -> None:
-    """Two runs' ``metrics.parquet`` rows (``wall_time`` dropped): accuracies and losses within
-    ``bounds``; every other column (virtual times, versions, bytes, counts: the clock's, which
-    training numbers do not reach) exactly equal."""
+    """Two runs' ``metrics.parquet`` rows (``wall_time`` dropped): accuracies, losses and the
+    columns computed from the weights (:data:`WEIGHT_COLUMNS`) within ``bounds``; every other
+    column (virtual times, versions, bytes, counts: the clock's, which training numbers do not
+    reach) exactly equal."""
     assert list(a.columns) == list(b.columns) and len(a) == len(b)
     for col in a.columns:
         if col == "global_accuracy":
             assert_within(b[col].to_numpy(float), a[col].to_numpy(float), bounds.global_accuracy, col)
         elif col.startswith("personal_accuracy"):
             assert_within(b[col].to_numpy(float), a[col].to_numpy(float), bounds.personal_accuracy, col)
-        elif "loss" in col:
+        elif "loss" in col or col in WEIGHT_COLUMNS:
             values = a[col].to_numpy(float)
             assert_within(b[col].to_numpy(float), values, bounds.loss_atol(values), col)
         elif a[col].dtype.kind == "f":

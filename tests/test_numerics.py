@@ -33,3 +33,21 @@ def test_widest_reduction_counts_every_sum_of_a_step() -> None:
     assert widest_reduction(grouped, (4, 8, 8), 2) == (3, 128)
     assert sgd_atol(conv, (3, 8, 8), 2, steps=5, scale=2.0) == pytest.approx(
         run_relative_bound(5, 3, 576) * 2.0, rel=1e-15)
+
+
+def test_columns_from_the_weights_are_compared_as_losses_and_clock_columns_exactly() -> None:
+    """A norm gain computed from weights that summed in another order may differ in its last
+    bits (1e-7 relative under ATEN_CPU_CAPABILITY=default); a virtual time may not."""
+    import numpy as np
+    import pandas as pd
+
+    from tests.numerics import RunBounds, assert_close_metrics
+
+    bounds = RunBounds(relative=1e-5, global_accuracy=0.01, personal_accuracy=0.01)
+    a = pd.DataFrame({"virtual_time": [1.0, 2.0], "update_norm_gain": [np.nan, 1.2534625749331698]})
+    b = a.assign(update_norm_gain=[np.nan, 1.25346244390965])
+    assert_close_metrics(a, b, bounds)
+    with pytest.raises(AssertionError, match="update_norm_gain"):
+        assert_close_metrics(a, a.assign(update_norm_gain=[np.nan, 1.26]), bounds)
+    with pytest.raises(AssertionError):
+        assert_close_metrics(a, a.assign(virtual_time=[1.0, 2.0 + 1e-12]), bounds)
