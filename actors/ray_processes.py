@@ -133,13 +133,7 @@ def end_leftovers() -> str | None:
                 proc.terminate()
             except psutil.Error:
                 pass
-        _, alive = psutil.wait_procs([proc for proc, _ in left], timeout=LEFT_GRACE_S)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=LEFT_GRACE_S)
+        end([proc for proc, _ in left])
         ended += [(proc.pid, name) for proc, name in left]
         if left:
             drivers.append(driver_pid)
