@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from fedclock.algorithms.adapted import AdaptedEvaluation, adapted_evaluate
-from fedclock.algorithms.base import Algorithm, Arrival, ClientData, ServerState, Tensors
+from fedclock.algorithms.base import Algorithm, ClientData, ServerState, Tensors
 from fedclock.algorithms.fedasync import FedAsync, FedAsyncParams
 from fedclock.algorithms.fedavg import FedAvg, FedAvgParams
 from fedclock.algorithms.fedavg_async import FedAvgAsync, FedAvgAsyncParams
@@ -39,6 +39,7 @@ from fedclock.algorithms.pfedme import PFedMe, PFedMeParams
 from fedclock.algorithms.plga import LGA, PLGA, PLGAParams
 from fedclock.algorithms.spfl import SPFL, SPFLParams
 from fedclock.scenarios.claim_stats import HOLDS, paired, verdict
+from tests.algorithms.straggled_rounds import run_straggled_rounds
 from tests.algorithms.test_spfl_plga_hooks_learning import FACTORY, SEEDS, clients, one_thread, task_rng
 
 __all__ = ["one_thread"]  # the hooks module's fixture: one PyTorch thread per test
@@ -59,23 +60,7 @@ def run_rounds(alg: Algorithm, seed: int, rounds: int, delay: dict[int, int], cl
     data = clients(seed, classes)
     state = alg.init_server(torch.Generator().manual_seed(seed))
     kept: dict[int, Tensors | None] = {d.client: None for d in data}
-    pending: list[tuple[int, Arrival]] = []
-    busy: set[int] = set()
-    for r in range(rounds):
-        for d in data:
-            if d.client in busy:
-                continue
-            result = alg.client_update(alg.payload_for(state, d.client), kept[d.client], d, task_rng(seed, d.client, r))
-            kept[d.client] = result.state
-            pending.append((r + delay.get(d.client, 0),
-                            Arrival(d.client, result.upload, result.num_samples, state.version, 0)))
-            busy.add(d.client)
-        due = [a for when, a in pending if when == r]
-        pending = [(when, a) for when, a in pending if when != r]
-        for a in due:
-            a.staleness = state.version - a.version_dispatched
-            busy.discard(a.client)
-        state, _ = alg.receive(state, due, torch.Generator().manual_seed(r))
+    state = run_straggled_rounds(alg, state, data, rounds, delay, lambda c, r: task_rng(seed, c, r), kept)
     if adapted:
         return _adapted(alg, state, data, seed, adapted)
     return _personal(alg, state, data, kept)
