@@ -115,8 +115,3 @@ def algorithm_changes(root: Path, first: str, second: str) -> list[str] | None:
         return None
     return sorted(done.stdout.split()) if done.returncode == 0 else None
 
-
-def algorithms_differ(root: Path, first: str, second: str) -> bool | None:
-    """Whether ``algorithms/`` differs between two commits (:func:`algorithm_changes`)."""
-    changes = algorithm_changes(root, first, second)
-    return None if changes is None else bool(changes)
