@@ -18,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -117,8 +118,31 @@ def _join_worker(address: str, env: dict[str, str]) -> None:
                    env=env, check=True, capture_output=True, timeout=120)
 
 
+@dataclass
+class LoopbackCluster:
+    """The module's loopback cluster: its address, the environment that reaches it, and how
+    many worker nodes (one CPU each, beside the head's one) are alive now. A test that loses a
+    node says so (:meth:`lost_a_worker`); a test that needs two nodes asks for them
+    (:meth:`two_nodes`), so no test depends on which ran before it."""
+
+    address: str
+    env: dict[str, str]
+    workers: int = 0
+
+    def two_nodes(self) -> tuple[str, dict[str, str]]:
+        """The address and environment, with exactly one worker node beside the head."""
+        assert self.workers <= 1, self.workers
+        if self.workers == 0:
+            _join_worker(self.address, self.env)
+            self.workers = 1
+        return self.address, self.env
+
+    def lost_a_worker(self) -> None:
+        self.workers -= 1
+
+
 @pytest.fixture(scope="module")  # one cluster for every test: its start is ~11 s
-def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
+def two_node_cluster() -> Iterator[LoopbackCluster]:
     temp = tempfile.mkdtemp(prefix="fcray")  # short: Ray's socket paths must stay under 108 characters
     token = Path(temp) / "token"  # the cluster's own token, whatever ~/.ray holds
     token.write_text(secrets.token_hex(32))
@@ -131,8 +155,9 @@ def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
                                   f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}",
                                   f"--dashboard-agent-listen-port={agent1}"],
                        env=env, check=True, capture_output=True, timeout=120)
-        _join_worker(f"127.0.0.1:{gcs}", env)
-        yield f"127.0.0.1:{gcs}", env
+        cluster = LoopbackCluster(f"127.0.0.1:{gcs}", env)
+        cluster.two_nodes()
+        yield cluster
     finally:
         _stop(temp)
         shutil.rmtree(temp, ignore_errors=True)
@@ -140,13 +165,13 @@ def two_node_cluster() -> Iterator[tuple[str, dict[str, str]]]:
 
 
 @pytest.fixture(scope="module")
-def cluster_runs(two_node_cluster: tuple[str, dict[str, str]],
+def cluster_runs(two_node_cluster: LoopbackCluster,
                  tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
     """One ``fedclock run FILE --address ADDR`` of a file with both tests' runs: ``fedasync``
     (:data:`SCENARIO`, built-in parts only) and ``personal_head`` (the personalized example's
     own algorithm, model and dataset, files beside the scenario, for 3 rounds). Returns the
     file's folder (results under ``cluster/RUN``) and the nodes of each run's executors."""
-    address, env = two_node_cluster
+    address, env = two_node_cluster.two_nodes()
     folder = tmp_path_factory.mktemp("cluster")
     for name in ("personal_head.py", "tiny_models.py", "digit_clients.py"):
         shutil.copy(EXAMPLE / name, folder / name)
@@ -231,11 +256,11 @@ KILLER = textwrap.dedent("""\
 
 @pytest.mark.slow
 def test_an_executor_killed_on_the_worker_node_is_replaced_with_the_local_results(
-        two_node_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+        two_node_cluster: LoopbackCluster, tmp_path: Path) -> None:
     """The executor process on the cluster's worker node is SIGKILLed with tasks in flight (after
     the server's third version): the runtime starts a fresh one, re-issues the lost tasks with
     the same inputs, and the run ends with the tables of the undisturbed local run, bit for bit."""
-    address, env = two_node_cluster
+    address, env = two_node_cluster.two_nodes()
     file = tmp_path / "scenario.yaml"
     file.write_text(yaml.safe_dump({**yaml.safe_load(SCENARIO), "name": "killed"}, sort_keys=False))
     report = tmp_path / "killed.json"
@@ -326,12 +351,14 @@ NODE_KILLER = textwrap.dedent("""\
 """)
 
 
-def _lose_the_worker_node(address: str, env: dict[str, str], tmp_path: Path,
+def _lose_the_worker_node(cluster: LoopbackCluster, tmp_path: Path,
                           server: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
-    """Run the small scenario (two executors, one on each node; checkpoints every 2 versions)
-    with ``--address``, the server actor on the driver's node (``server="stays"``) or on the
-    other (``"lost"``), and lose the other node after the server's third version; returns the
-    finished process, the results folder and the scenario file."""
+    """On the cluster with one worker node beside the head, run the small scenario (two
+    executors, one on each node; checkpoints every 2 versions) with ``--address``, the server
+    actor on the driver's node (``server="stays"``) or on the other (``"lost"``), and lose the
+    other node after the server's third version (the cluster is left with the head alone);
+    returns the finished process, the results folder and the scenario file."""
+    address, env = cluster.two_nodes()
     file = tmp_path / "scenario.yaml"
     file.write_text(yaml.safe_dump({**yaml.safe_load(SCENARIO), "name": "lost",
                                     "runtime": {"num_actors": 2, "placement": "pooled", "respawn_timeout_s": 10},
@@ -341,6 +368,8 @@ def _lose_the_worker_node(address: str, env: dict[str, str], tmp_path: Path,
                            "--address", address, "--out", str(out), "--quiet"],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     lost = json.loads(report.read_text())
+    if lost:
+        cluster.lost_a_worker()
     assert len(lost) == 1 and lost[0][1] < 120, (lost, done.stderr[-3000:])  # the node was declared dead
     return done, out, file
 
@@ -360,22 +389,20 @@ def _same_as_local(file: Path, out: Path) -> None:
 
 @pytest.mark.slow
 def test_a_worker_node_lost_stops_the_run_in_one_line_and_resume_on_the_smaller_cluster_matches(
-        two_node_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+        two_node_cluster: LoopbackCluster, tmp_path: Path) -> None:
     """The worker node is lost mid-run (its raylet and workers SIGKILLed after the server's third
     version): its executor cannot be replaced (the other node's one CPU is taken), so after
     ``runtime.respawn_timeout_s`` the run stops in one line naming the lost executor and the way
     back, exit 1; ``fedclock run --resume`` on the one-node cluster left takes one executor and
-    ends with the tables of the undisturbed local run, bit for bit. Runs after the tests that
-    need two nodes (the cluster has one after it)."""
-    address, env = two_node_cluster
-    done, out, file = _lose_the_worker_node(address, env, tmp_path, "stays")
+    ends with the tables of the undisturbed local run, bit for bit."""
+    done, out, file = _lose_the_worker_node(two_node_cluster, tmp_path, "stays")
     ours = [line for line in done.stderr.splitlines() if line.startswith("fedclock:")]
     assert done.returncode == 1 and len(ours) == 1, done.stderr[-3000:]
     assert re.fullmatch(r"fedclock: error: client executor 1 was lost and its replacement did not start within 10 s "
                         r"\(runtime.respawn_timeout_s\): the Ray cluster now has 1 node\(s\) with 1 CPUs \(0 free\), "
                         r"the run's 2 executors need 2 \(a node lost\?\); the run stopped with its checkpoints: go on "
                         rf"with fedclock run --resume {re.escape(str(out))} \(.*\)", ours[0]), ours[0]
-    resumed = _resume(out, env)
+    resumed = _resume(out, two_node_cluster.env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "goes on from its checkpoint with 1 pooled executor(s)" in resumed.stderr, resumed.stderr[-3000:]
     _same_as_local(file, out)
@@ -383,19 +410,17 @@ def test_a_worker_node_lost_stops_the_run_in_one_line_and_resume_on_the_smaller_
 
 @pytest.mark.slow
 def test_a_server_actor_lost_with_its_node_is_survived_or_resumed_with_the_local_results(
-        two_node_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
-    """The node holding the server actor (and one executor) is lost mid-run, on the cluster
-    after a fresh worker node joined it: the run goes on from its last checkpoint on a fresh
-    server with the executor that fits, or (when the lost executor is met first) stops in one
-    line and ``--resume`` finishes it; either way the tables equal the local run's."""
-    address, env = two_node_cluster
-    _join_worker(address, env)
-    done, out, file = _lose_the_worker_node(address, env, tmp_path, "lost")
+        two_node_cluster: LoopbackCluster, tmp_path: Path) -> None:
+    """The node holding the server actor (and one executor) is lost mid-run: the run goes on
+    from its last checkpoint on a fresh server with the executor that fits, or (when the lost
+    executor is met first) stops in one line and ``--resume`` finishes it; either way the
+    tables equal the local run's."""
+    done, out, file = _lose_the_worker_node(two_node_cluster, tmp_path, "lost")
     ours = [line for line in done.stderr.splitlines() if line.startswith("fedclock: error:")]
     assert (done.returncode, len(ours)) in ((0, 0), (1, 1)), done.stderr[-3000:]
     if done.returncode == 1:
         assert "was lost and its replacement did not start" in ours[0], ours[0]
-        assert _resume(out, env).returncode == 0
+        assert _resume(out, two_node_cluster.env).returncode == 0
     else:  # went on from its checkpoint on a fresh server, with the one executor that fits
         assert "goes on from its checkpoint with 1 pooled executor(s)" in done.stderr, done.stderr[-3000:]
     _same_as_local(file, out)
