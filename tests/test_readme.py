@@ -20,7 +20,7 @@ def test_readme_scenario_example_validates(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
-    command = "pip install -e '.[test]' && pytest"
+    command = "pip install -e '.[test]' && pytest -n 2"
     assert command in README
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
              if ln.strip() and not ln.strip().startswith("#")]
