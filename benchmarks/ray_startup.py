@@ -380,14 +380,20 @@ def floor_child(kind: str, out: Path) -> None:
     exit_now(0)
 
 
-def floor(repeats: int, file: str | None = None, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+def floor(repeats: int, file: str | None = None, overrides: tuple[str, ...] = (),
+          before_path: str | None = None) -> dict[str, Any]:
     """The ``--floor`` comparison (module docstring): per repeat a Ray run, then the two floors;
     with ``file`` (a scenario path or library name, ``overrides`` its ``--set`` values) that
-    scenario's 1-round run on Ray and inline, ``import torch`` and the two Ray floors."""
+    scenario's 1-round run on Ray and inline, ``import torch`` and the two Ray floors; with
+    ``before_path`` (a folder holding another checkout's ``fedclock`` package, put first on
+    ``PYTHONPATH``) that code's two runs too, each beside this code's."""
     adopt_orphans()
     names: tuple[str, ...] = ("fedclock run, ray", "ray", "ray + torch")
     if file is not None:
         names = ("import torch", "fedclock run, inline", *names)
+    if file is not None and before_path is not None:
+        names = ("import torch", "fedclock run, inline", "fedclock run, inline, before", "fedclock run, ray",
+                 "fedclock run, ray, before", "ray", "ray + torch")
     extra = tuple(a for o in (*overrides, "stop.rounds=1") for a in ("--set", o))
     extra += ("--profile-startup",) if file is not None else ()
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
@@ -397,8 +403,10 @@ def floor(repeats: int, file: str | None = None, overrides: tuple[str, ...] = ()
             for name in names:
                 with tempfile.TemporaryDirectory() as tmp:
                     if name.startswith("fedclock run"):
-                        backend = name.rsplit(" ", 1)[1]
+                        backend = name.split(", ")[1]
                         cmd = command(sys.executable, ENTRY, path, backend, tmp, extra if file is not None else ())
+                        if name.endswith(", before"):
+                            cmd = ["env", f"PYTHONPATH={before_path}", *cmd]
                         samples[name].append(timed_tree(cmd, keep_stderr=file is not None))
                         continue
                     if name == "import torch":
@@ -442,13 +450,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--file", default=None,
                         help="with --floor: this scenario's 1-round runs, inline and Ray, beside import torch")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="with --file: its --set values")
+    parser.add_argument("--before-path", default=None,
+                        help="with --file: also the runs of the fedclock package in this folder (first on PYTHONPATH)")
     args = parser.parse_args(argv)
     load = os.getloadavg()
     figures: dict[str, Any]
     if args.daemons:
         figures = {"daemons": daemons(args.repeats)}
     else:
-        figures = floor(args.repeats, args.file, tuple(args.overrides)) if args.floor else interleaved(args)
+        figures = (floor(args.repeats, args.file, tuple(args.overrides), args.before_path) if args.floor
+                   else interleaved(args))
     figures["load_average"] = {"before": load, "after": os.getloadavg()}
     text = json.dumps(figures, indent=1)
     if args.out is not None:
