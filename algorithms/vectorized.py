@@ -256,6 +256,7 @@ def _dropout_plan(model: nn.Module, tasks: Sequence[SGDTask], sizes: Sequence[in
     s, k, b = shape
     keep = [torch.zeros(s, k, b, *inputs[id(m)], dtype=torch.bool, device=device) for m in drops]
     scale = [1.0 for _ in drops]
+    found = [False for _ in drops]
     try:
         model.train()
         with torch.no_grad():
@@ -267,10 +268,10 @@ def _dropout_plan(model: nn.Module, tasks: Sequence[SGDTask], sizes: Sequence[in
                     for step in range(steps[j]):
                         for i, m in enumerate(drops):
                             noise = m(torch.ones(sizes[j], *inputs[id(m)], device=device))
-                            kept = noise != 0
-                            keep[i][step, j, :sizes[j]] = kept
-                            if bool(kept.any()):
-                                scale[i] = float(noise[kept].flatten()[0])
+                            torch.ne(noise, 0, out=keep[i][step, j, :sizes[j]])
+                            if not found[i]:  # every kept entry holds the same factor
+                                top = float(noise.max())
+                                scale[i], found[i] = (top, True) if top > 0 else (scale[i], False)
     finally:
         model.train(was_training)
     return list(zip(keep, scale))
