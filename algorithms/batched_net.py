@@ -2,8 +2,9 @@
 
 :class:`BatchedNet` runs a :class:`~fedclock.algorithms.models.FedModel` whose body and head
 are chains of ``Flatten``, ``Linear``, ``ReLU``, ``Conv2d`` (stride 1, no dilation or groups,
-zero padding) and ``MaxPool2d`` (kernel = stride, no padding) layers, i.e. the MLP, logistic
-regression and the two-convolution CNNs (``cnn5``, ``spfl_cnn``), for K clients with stacked
+zero padding), ``MaxPool2d`` (kernel = stride, no padding) and dropout (``nn.Dropout``,
+``Dropout1d/2d/3d``: the caller gives each step's noise, drawn per client) layers, i.e. the
+MLP, logistic regression and the CNNs (``cnn5``, ``spfl_cnn``, ``pfl_cnn``), for K clients with stacked
 weights, without autograd and without vmap (what :func:`~fedclock.algorithms.vectorized.
 vectorized_local_sgd` uses on a CPU; measured in ``benchmarks/RESULTS.md``):
 
@@ -67,7 +68,15 @@ class _Flatten:
     pass
 
 
-_Layer = Union[_Linear, _Conv, _ReLU, _MaxPool, _Flatten]
+@dataclass
+class _Dropout:
+    index: int
+    """Which of the step's noise tensors (dropout layers in forward order)."""
+
+
+_Layer = Union[_Linear, _Conv, _ReLU, _MaxPool, _Flatten, _Dropout]
+
+_DROPOUTS: tuple[type[nn.Module], ...] = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
 def _pair(v: int | Sequence[int]) -> tuple[int, int]:
@@ -84,6 +93,18 @@ def _leaves(module: nn.Module) -> list[nn.Module] | None:
             out += sub
         return out
     return [module]
+
+
+def chain_leaves(model: nn.Module) -> list[nn.Module] | None:
+    """The leaves of ``model``'s body then head when it is a
+    :class:`~fedclock.algorithms.models.FedModel` with the plain forward ``head(body(x))`` and
+    both are chains (nested ``nn.Sequential``); None otherwise."""
+    from fedclock.algorithms.models import FedModel
+
+    if not isinstance(model, FedModel) or type(model).forward is not FedModel.forward:
+        return None
+    body, head = _leaves(model.body), _leaves(model.head)
+    return None if body is None or head is None else body + head
 
 
 def _conv_supported(m: nn.Conv2d) -> bool:
@@ -142,18 +163,14 @@ class BatchedNet:
     def plan(model: nn.Module) -> BatchedNet | None:
         """The plan for ``model``, or None when it is not a supported layer chain (the caller
         then falls back to vmap)."""
-        from fedclock.algorithms.models import FedModel
-
-        if not isinstance(model, FedModel) or type(model).forward is not FedModel.forward:
-            return None
-        body, head = _leaves(model.body), _leaves(model.head)
-        if body is None or head is None:
+        leaves = chain_leaves(model)
+        if leaves is None:
             return None
         named = list(model.named_parameters())
         index = {id(p): i for i, (_, p) in enumerate(named)}
         layers: list[_Layer] = []
-        used = 0
-        for m in body + head:
+        used, drops = 0, 0
+        for m in leaves:
             own = list(m.parameters(recurse=False))
             used += len(own)
             if type(m) is nn.Linear:
@@ -170,6 +187,9 @@ class BatchedNet:
                 layers.append(_MaxPool(_pair(m.kernel_size)))
             elif type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1:
                 layers.append(_Flatten())
+            elif type(m) in _DROPOUTS:
+                layers.append(_Dropout(drops))
+                drops += 1
             else:
                 return None
         if used != len(named) or not _chain_ok(layers):
@@ -217,14 +237,17 @@ class BatchedNet:
 
     # ------------------------------------------------------------------ one step
     def step(self, weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
-             grads: Sequence[torch.Tensor] | None, lr: float | None = None) -> torch.Tensor:
+             grads: Sequence[torch.Tensor] | None, lr: float | None = None,
+             noise: Sequence[torch.Tensor] = ()) -> torch.Tensor:
         """Forward and backward of one mini-batch per client; returns the K losses.
 
         ``weights``: the K clients' weights as :meth:`split` lays them out; ``x`` [K, B, *input], ``y``
         [K, B], ``mask`` [K, B] (1 for real samples); the loss of a client is the masked mean
         cross-entropy. With ``grads`` (tensors laid out as ``weights``) the gradients are
         written there; with ``lr`` instead, ``weights`` are updated in place by
-        ``w - lr * grad`` during the backward pass."""
+        ``w - lr * grad`` during the backward pass. ``noise``: per dropout layer (forward order)
+        the factors its input is multiplied by, ``[K, B, *layer input per sample]``; the
+        backward multiplies the gradient by the same factors."""
         if (grads is None) == (lr is None):
             raise ValueError("BatchedNet.step: give either grads or lr")
         k, b = x.shape[0], x.shape[1]
@@ -267,6 +290,12 @@ class BatchedNet:
             elif isinstance(layer, _ReLU):
                 h = torch.relu_(h)
                 rec.output = h
+            elif isinstance(layer, _Dropout):
+                factors = noise[layer.index]
+                if image:  # [K, B, C, H, W] -> the grouped layout [B, K*C, H, W]
+                    factors = factors.transpose(0, 1).reshape(h.shape).contiguous(memory_format=fmt)
+                rec.extra["noise"] = factors
+                h = h * factors
             else:  # _MaxPool
                 pooled, idx = F.max_pool2d(h, layer.kernel, layer.kernel, return_indices=True)
                 rec.input, rec.extra["idx"] = h, idx
@@ -337,6 +366,10 @@ class BatchedNet:
                 if gin is None:
                     break
                 grad = gin
+            elif isinstance(layer, _Dropout):
+                stored = rec.extra["noise"]
+                assert isinstance(stored, torch.Tensor)
+                grad = grad * stored
             elif isinstance(layer, _ReLU):
                 relu_out = rec.output
                 assert relu_out is not None

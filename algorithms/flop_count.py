@@ -43,7 +43,6 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import FlopCounterMode
 
 from fedclock.algorithms.base import Algorithm, ClientData, ClientResult, Tensors
 from fedclock.algorithms.targets import target_cross_entropy
@@ -174,11 +173,21 @@ def count_task(algorithm: Algorithm, num_samples: int, steps: int | None = None,
                      + _nbytes(result.upload))
 
 
+def _flop_counter() -> Any:
+    """A fresh ``FlopCounterMode``, its module imported on the first count: importing
+    ``torch.utils.flop_counter`` imports Triton (0.3-0.4 s of a cold process on the shared
+    2-core machine, ``benchmarks/RESULTS.md``, "Start-up floors"), which a run whose counts
+    are all cached on disk (:mod:`fedclock.algorithms.task_cost`) never needs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False)
+
+
 def _counted(work: Algorithm, payload: Tensors, state: Tensors | None, data: ClientData,
              leaves: set[int]) -> tuple[ClientResult, MemoryTrace, int]:
     """One counted ``client_update`` (its result, memory trace and FLOPs)."""
     trace = MemoryTrace(leaves=leaves)
-    counter = FlopCounterMode(display=False)
+    counter = _flop_counter()
     with counter, MetaRun(), torch.autograd.graph.saved_tensors_hooks(trace.pack, trace.unpack):
         result = work.client_update(payload, state, data, torch.Generator().manual_seed(1))
     return result, trace, int(counter.get_total_flops())
@@ -194,7 +203,7 @@ def count_sample(algorithm: Algorithm, input_dtype: torch.dtype = torch.float32)
     model = algorithm.model_factory.build().to(META)
     factory = algorithm.model_factory
     data = meta_data(2, tuple(factory.input_shape), input_dtype, None, factory.target_shape)
-    counter = FlopCounterMode(display=False)
+    counter = _flop_counter()
     with counter, MetaRun():
         target_cross_entropy(model(data.x_train), data.y_train).backward()
     return int(counter.get_total_flops()) // 2

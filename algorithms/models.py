@@ -145,9 +145,10 @@ class PflCNN(FedModel):
     max-pool, dropout 0.25, flatten, dense 128 + ReLU, dropout 0.5 (the body), linear head.
     Weights of the convolutions and dense layers are Glorot (Xavier) uniform, biases keep
     PyTorch's default. Inputs are channels-first ``(C, H, W)`` of at least 6x6. On 3x32x32
-    CIFAR-10 with 10 classes: 1,626,442 parameters. Stages ``conv`` and ``fc``. Not
-    vectorized (dropout); its dropout masks are drawn per task from the task's seed
-    (:func:`fedclock.algorithms.training.local_sgd`)."""
+    CIFAR-10 with 10 classes: 1,626,442 parameters. Stages ``conv`` and ``fc``. Its dropout
+    masks are drawn per task from the task's seed
+    (:func:`fedclock.algorithms.training.local_sgd`), and vectorized clients draw the same
+    ones (:mod:`fedclock.algorithms.vectorized`, "Dropout")."""
 
     def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
         in_channels, height, width = (int(d) for d in input_shape)

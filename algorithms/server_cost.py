@@ -89,7 +89,6 @@ from typing import Any, Callable, Hashable, Iterator
 import torch
 from torch.fx.experimental import _config as fx_config
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import FlopCounterMode
 
 from fedclock.algorithms.base import Algorithm, Arrival, ServerState, Tensors
 from fedclock.algorithms.flop_count import META, MetaRun, meta_data
@@ -192,10 +191,14 @@ def run_step(work: Algorithm, state: ServerState, batch: list[Arrival], count: b
     """One server step of ``work`` (on the meta device) on ``batch`` from ``state``: the new
     state and, with ``count``, the FLOPs of its torch code plus the algorithm's formula for
     work outside PyTorch (module docstring); without, 0."""
-    counter = FlopCounterMode(display=False, custom_mapping=ELEMENTWISE) if count else contextlib.nullcontext()
+    counter: Any = contextlib.nullcontext()
+    if count:  # imported here: PyTorch's counter imports Triton (flop_count._flop_counter)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False, custom_mapping=ELEMENTWISE)
     with _masks_all_true(), counter, MetaRun(boolean=True):
         new, _ = work.receive(state, batch, torch.Generator().manual_seed(0))
-    if not isinstance(counter, FlopCounterMode):
+    if not count:
         return new, 0
     return new, int(counter.get_total_flops()) + int(work.server_formula_flops(len(batch)))
 

@@ -37,9 +37,24 @@ Same numbers as the sequential loop (up to float rounding; tested):
   (float32 sum on the device, as the sequential loop), ``steps`` = steps run; a client with
   no samples or no steps gets its start weights back and ``train_loss`` NaN.
 
+* **Dropout** (``nn.Dropout``, ``Dropout1d/2d/3d`` as leaves of a :class:`~fedclock.algorithms.
+  models.FedModel` whose body and head are layer chains, e.g. ``pfl_cnn``): each client's
+  masks are its own, drawn before training as the sequential loop draws them, by the layer
+  itself on a tensor of ones of the client's batch shape (dropout multiplies its input by
+  the noise it draws, so the output on ones is that noise), step after step and layer after
+  layer in forward order, from PyTorch's generator seeded from the client's task generator
+  by :func:`~fedclock.algorithms.training.seed_dropout` (what the sequential loop does):
+  on a CPU the K clients' masks are then bit for bit the sequential ones (tested), so the
+  tables are the sequential tables up to float rounding; masks are independent across
+  clients because their seeds are. The masked forward multiplies by the stored noise and
+  the backward by the same noise (the vmap path on other devices does the same through a
+  layer-by-layer forward; the masks there are drawn by the same calls, not tested on a
+  GPU). Padded samples get mask 0.
+
 Not supported (rejected with a ValueError): models with buffers (BatchNorm running
-statistics) or dropout, other batch losses than cross-entropy, gradient hooks. Which models
-the scenario loader accepts is :data:`VECTOR_MODELS` (each is tested).
+statistics), alpha dropout or dropout outside a layer chain, other batch losses than
+cross-entropy, gradient hooks. Which models the scenario loader accepts is
+:data:`VECTOR_MODELS` (each is tested).
 
 An algorithm opts in by setting ``vectorizable: ClassVar[bool] = True`` in its own class
 body (a subclass does not inherit it: :func:`is_vectorizable`) and implementing
@@ -49,6 +64,7 @@ the other, an ``sgd_plan`` generator (:data:`SGDPlan`).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Generator, Protocol, Sequence
 
@@ -60,10 +76,14 @@ from torch.func import functional_call, vmap
 from fedclock.algorithms.base import Algorithm, AlgorithmParams, ClientData, ClientResult, Tensors
 from fedclock.algorithms.batched_net import BatchedNet
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.training import batches
+from fedclock.algorithms.training import batches, seed_dropout
 
-VECTOR_MODELS: tuple[str, ...] = ("mlp", "logistic", "cnn5", "spfl_cnn", "conv_gn", "leaf_cnn")
-"""Models that vectorized execution supports (no BatchNorm statistics, no dropout)."""
+VECTOR_MODELS: tuple[str, ...] = ("mlp", "logistic", "cnn5", "spfl_cnn", "conv_gn", "leaf_cnn", "pfl_cnn")
+"""Models that vectorized execution supports (no BatchNorm statistics; dropout only as a
+leaf of a layer chain)."""
+
+DROPOUT_LAYERS: tuple[type[nn.Module], ...] = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+"""Dropout layers vectorized clients run (multiplicative noise; not alpha dropout)."""
 
 
 @dataclass
@@ -183,13 +203,93 @@ def check_model(model: nn.Module) -> None:
     if any(True for _ in model.buffers()):
         raise ValueError("vectorized clients: the model has buffers (e.g. BatchNorm running statistics)")
     bad = [type(m).__name__ for m in model.modules()
-           if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd))]
+           if isinstance(m, nn.modules.batchnorm._BatchNorm)
+           or (isinstance(m, nn.modules.dropout._DropoutNd) and type(m) not in DROPOUT_LAYERS)]
     if bad:
         raise ValueError(f"vectorized clients: unsupported layer {bad[0]}")
+    if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()) and layer_chain(model) is None:
+        raise ValueError("vectorized clients: Dropout only as a layer of a FedModel whose body and head are "
+                         "layer chains (nn.Sequential)")
+
+
+def layer_chain(model: nn.Module) -> list[tuple[nn.Module, str]] | None:
+    """The leaves of a :class:`~fedclock.algorithms.models.FedModel` whose body and head are
+    chains (nested ``nn.Sequential``) and whose forward is ``head(body(x))``, in forward order,
+    each with its qualified name; None for any other model."""
+    from fedclock.algorithms.batched_net import chain_leaves
+
+    leaves = chain_leaves(model)
+    if leaves is None:
+        return None
+    names = {id(m): name for name, m in model.named_modules()}
+    return [(m, names[id(m)]) for m in leaves]
+
+
+def _dropout_plan(model: nn.Module, tasks: Sequence[SGDTask], sizes: Sequence[int], steps: Sequence[int],
+                  shape: tuple[int, int, int], device: torch.device) -> list[tuple[torch.Tensor, float]]:
+    """Per dropout layer of the chain (forward order): which entries every step of every
+    client keeps, ``[S, K, B, *layer input per sample]`` booleans (padding: False), and the
+    factor kept entries are multiplied by (``1 / (1 - p)`` as the layer computes it). Client
+    ``j``'s masks are drawn as the sequential loop draws them (module docstring): under
+    :func:`~fedclock.algorithms.training.seed_dropout` of its task generator, each step's
+    layers in forward order, each layer called on ones of the client's batch shape."""
+    chain = layer_chain(model)
+    assert chain is not None, "check_model accepts dropout only in a layer chain"
+    drops = [m for m, _ in chain if isinstance(m, nn.modules.dropout._DropoutNd)]
+    if not drops:
+        return []
+    first = next((t.data for t in tasks if t.data.num_train > 0), tasks[0].data)
+    inputs: dict[int, tuple[int, ...]] = {}
+
+    def record(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        inputs.setdefault(id(module), tuple(args[0].shape[1:]))
+
+    hooks = [m.register_forward_hook(record) for m in drops]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, *first.x_train.shape[1:], dtype=first.x_train.dtype, device=device))
+    finally:
+        for h in hooks:
+            h.remove()
+    s, k, b = shape
+    keep = [torch.zeros(s, k, b, *inputs[id(m)], dtype=torch.bool, device=device) for m in drops]
+    scale = [1.0 for _ in drops]
+    found = [False for _ in drops]
+    try:
+        model.train()
+        with torch.no_grad():
+            for j, task in enumerate(tasks):
+                if steps[j] == 0:
+                    continue
+                with contextlib.ExitStack() as seeded:
+                    seed_dropout(seeded, model, task.rng, device)
+                    for step in range(steps[j]):
+                        for i, m in enumerate(drops):
+                            noise = m(torch.ones(sizes[j], *inputs[id(m)], device=device))
+                            torch.ne(noise, 0, out=keep[i][step, j, :sizes[j]])
+                            if not found[i]:  # every kept entry holds the same factor
+                                top = float(noise.max())
+                                scale[i], found[i] = (top, True) if top > 0 else (scale[i], False)
+    finally:
+        model.train(was_training)
+    return list(zip(keep, scale))
+
+
+def _noise(plan: Sequence[tuple[torch.Tensor, float]], step: int) -> list[torch.Tensor]:
+    """The dropout noise of one step, per layer ``[K, B, *shape]`` float32: the kept entries'
+    factor where kept, 0 elsewhere (the values the layer multiplied by)."""
+    return [keep[step].to(torch.float32).mul_(factor) for keep, factor in plan]
 
 
 def _per_client(values: Sequence[float], device: torch.device) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.float32, device=device)
+
+
+def batch_sizes(tasks: Sequence[SGDTask]) -> list[int]:
+    """Each task's batch size (smaller than ``batch_size`` when the client has fewer samples)."""
+    return [min(t.params.batch_size, t.data.num_train) for t in tasks]
 
 
 def _batch_plan(tasks: Sequence[SGDTask], device: torch.device
@@ -198,7 +298,7 @@ def _batch_plan(tasks: Sequence[SGDTask], device: torch.device
     with S the most steps and B the largest batch of the group: every client's batches
     gathered once, before training, from its own train set (only the samples it will use;
     padded entries are zeros with mask 0)."""
-    sizes = [min(t.params.batch_size, t.data.num_train) for t in tasks]
+    sizes = batch_sizes(tasks)
     k, b = len(tasks), max(max(sizes), 1)
     steps = [t.steps if t.data.num_train > 0 else 0 for t in tasks]
     s = max(steps)
@@ -242,6 +342,8 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     if num_steps == 0:
         return [(t.start.detach().to(torch.float32).cpu().clone(), {"train_loss": float("nan"), "steps": 0})
                 for t in tasks]
+    dropout = _dropout_plan(model, tasks, batch_sizes(tasks), active.sum(0).tolist(),
+                            (num_steps, k, xs.shape[2]), device)
 
     # Layer chains (MLP, logistic, the two-convolution CNNs) run through BatchedNet's explicit
     # batched forward/backward on one [K, ...] tensor per parameter in the flat vector's own
@@ -301,7 +403,21 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(model, params, (x,))
 
-    batched = vmap(forward)
+    chain = layer_chain(model) if dropout else None
+
+    def forward_masked(params: dict[str, torch.Tensor], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
+        """The chain layer by layer, each dropout layer replaced by its stored noise."""
+        assert chain is not None
+        h, d = x, 0
+        for m, name in chain:
+            if isinstance(m, nn.modules.dropout._DropoutNd):
+                h, d = h * noise[d], d + 1
+            else:
+                own = {n: params[f"{name}.{n}"] for n, _ in m.named_parameters()}
+                h = functional_call(m, own, (h,))
+        return h
+
+    batched, masked = vmap(forward), vmap(forward_masked)
     plain_sgd = (not proximal and not edited and not bool(clipped.any()) and not use_decay and not use_momentum
                  and same_lr)
 
@@ -311,17 +427,18 @@ def vectorized_local_sgd(model: nn.Module, factory: ModelFactory,
     for s in range(num_steps):
         m, on = mask[s], active[s]
         all_on = every_step_all or bool(on.all())
+        noise = _noise(dropout, s)
         if net is not None:
             # plain SGD with every client active: the update is fused into the backward pass
             if plain_sgd and all_on:
-                loss_sum += net.step(weights, xs[s], ys[s], m, None, lr_0)
+                loss_sum += net.step(weights, xs[s], ys[s], m, None, lr_0, noise=noise)
                 continue
-            losses = net.step(weights, xs[s], ys[s], m, net_grads)
+            losses = net.step(weights, xs[s], ys[s], m, net_grads, noise=noise)
             grads = list(net_grads)
         else:
             leaves = [w.requires_grad_(True) for w in weights]
-            logits = batched({n: w.transpose(1, 2) if f else w for n, w, f in zip(names, leaves, transposed)},
-                             xs[s])
+            stacked = {n: w.transpose(1, 2) if f else w for n, w, f in zip(names, leaves, transposed)}
+            logits = masked(stacked, xs[s], noise) if dropout else batched(stacked, xs[s])
             per_sample = F.cross_entropy(logits.flatten(0, 1), ys[s].flatten(), reduction="none").view_as(m)
             losses = (per_sample * m).sum(1) / m.sum(1).clamp(min=1.0)
             grads = list(torch.autograd.grad(losses.sum(), leaves))

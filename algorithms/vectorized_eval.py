@@ -11,9 +11,9 @@ An algorithm opts in with an ``eval_plan(payload, client_state, data)`` generato
 yields the SGDs the evaluation runs first (none for a stored personal model), is sent back
 each SGD's ``(weights, metrics)``, and returns the flat weights to test. Same numbers as
 the sequential evaluation (counts exact, summed losses up to float rounding; tested):
-padded samples are masked out, and the models have no dropout or BatchNorm
-(:func:`~fedclock.algorithms.vectorized.check_model`), so training and evaluation modes
-compute the same function.
+padded samples are masked out, the models have no BatchNorm
+(:func:`~fedclock.algorithms.vectorized.check_model`), and the forward runs in evaluation
+mode (dropout off), as the sequential evaluation's.
 """
 from __future__ import annotations
 
@@ -83,13 +83,18 @@ def evaluate_weights(model: nn.Module, weights: Sequence[torch.Tensor], xs: Sequ
     batched = vmap(forward)
     correct = torch.zeros(k, dtype=torch.float64)
     loss_sum = torch.zeros(k, dtype=torch.float64)
-    for start in range(0, n, batch_size):  # the sequential evaluation's batches, summed in float32 each
-        stop = min(start + batch_size, n)
-        logits = batched(params, x[:, start:stop])
-        on = valid[:, start:stop]
-        loss = F.cross_entropy(logits.flatten(0, 1), y[:, start:stop].flatten(), reduction="none").view_as(on)
-        loss_sum += (loss * on).sum(1).double().cpu()
-        correct += ((logits.argmax(dim=2) == y[:, start:stop]) & on).sum(1).double().cpu()
+    was_training = model.training
+    model.eval()  # dropout off, as in the sequential evaluation
+    try:
+        for start in range(0, n, batch_size):  # the sequential evaluation's batches, summed in float32 each
+            stop = min(start + batch_size, n)
+            logits = batched(params, x[:, start:stop])
+            on = valid[:, start:stop]
+            loss = F.cross_entropy(logits.flatten(0, 1), y[:, start:stop].flatten(), reduction="none").view_as(on)
+            loss_sum += (loss * on).sum(1).double().cpu()
+            correct += ((logits.argmax(dim=2) == y[:, start:stop]) & on).sum(1).double().cpu()
+    finally:
+        model.train(was_training)
     return [EvalResult(float(correct[j]), counts[j], float(loss_sum[j])) for j in range(k)]
 
 

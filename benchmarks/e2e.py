@@ -359,64 +359,14 @@ def training_phase(phase: dict[str, Any]) -> tuple[float, dict[str, float], int]
 
 
 def flower_main(work: dict, root: Path) -> None:
-    """Flower's simulation engine (its Message API) running FedAvg on the same clients."""
-    import logging
-    import types
+    """Flower's simulation engine (its Message API) running FedAvg on the same clients, every
+    client every round (:func:`flower_side.run_flower`, shared with ``pfl_cifar10.py``)."""
+    from flower_side import run_flower  # beside this script
 
-    import torch
-    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
-    from flwr.clientapp import ClientApp
-    from flwr.serverapp import Grid, ServerApp
-    from flwr.serverapp.strategy import FedAvg
-    from flwr.simulation import run_simulation
-
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    clients, samples, rounds = work["clients"], work["samples"], work["rounds"]
-    client_app = ClientApp()
-
-    @client_app.train()
-    def train(msg: Message, context: Context) -> Message:
-        # one copy of the data and model per client actor process (a module, so it outlives this call)
-        cache = sys.modules.setdefault("_e2e_flower_cache", types.ModuleType("_e2e_flower_cache"))
-        if not hasattr(cache, "data"):
-            torch.set_num_threads(1)
-            x_tr, y_tr, _, _ = read_data(work, root)
-            cache.data = torch.from_numpy(x_tr), torch.from_numpy(y_tr)
-            cache.model = build_model(work)
-        model, (x, y) = cache.model, cache.data
-        c = int(context.node_config["partition-id"])
-        r = int(msg.content["config"]["server-round"])
-        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-        sl = slice(c * samples, (c + 1) * samples)
-        local_sgd(model, x[sl], y[sl], work, r * 100_000 + c)
-        content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                              "metrics": MetricRecord({"num-examples": samples})})
-        return Message(content=content, reply_to=msg)
-
-    server_app = ServerApp()
-    accuracy: list[float] = []
-
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        _, _, x_te, y_te = read_data(work, root)
-        torch.manual_seed(0)
-        model = build_model(work)
-        x_te, y_te = torch.from_numpy(x_te), torch.from_numpy(y_te)
-
-        def central(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-            if server_round not in (0, rounds):
-                return None
-            model.load_state_dict(arrays.to_torch_state_dict())
-            accuracy.append(evaluate(model, x_te, y_te))
-            return MetricRecord({"accuracy": accuracy[-1]})
-
-        strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=clients,
-                          min_available_nodes=clients)
-        strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds,
-                       evaluate_fn=central)
-
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+    accuracy = run_flower(clients=work["clients"], cohort=work["clients"], rounds=work["rounds"],
+                          samples=work["samples"], read=lambda: read_data(work, root),
+                          build_model=lambda: build_model(work),
+                          train=lambda model, x, y, seed: local_sgd(model, x, y, work, seed), evaluate=evaluate)
     print(json.dumps({"accuracy": accuracy[-1] if accuracy else None}))
 
 

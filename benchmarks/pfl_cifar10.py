@@ -7,8 +7,8 @@ Two workloads:
   lists every setting and its source): ``pfl_cnn`` (pfl's ``simple_cnn``), 1,000 clients of 50
   CIFAR-10 images, 50 a round, 1 local epoch of SGD at batch 10 (5 steps) and lr 0.1, FedAvg,
   1,500 rounds (``--rounds`` shortens it; default 5). fedclock runs the library file itself
-  (``--set`` only points it at the data and shortens it). The CNN has dropout, which fedclock's
-  vectorized clients do not support, so there is no vectorized side on it (said in the output).
+  (``--set`` only points it at the data and shortens it). The CNN has dropout; vectorized
+  clients draw each client's masks as the sequential loop does (``algorithms/vectorized.py``).
 * ``logreg``: FLUTE's published comparison with Flower (``microsoft/msrflute`` README):
   multinomial logistic regression on MNIST, 1,000 clients (60 images each), 10 a round, 100
   rounds, batch 10, one epoch, lr 0.1 (the README gives none). Overhead-bound: the framework's
@@ -48,8 +48,9 @@ Start-up is the wall time from before the process started to its first client ta
 ``runtime.threads_per_actor``; pfl: ``torch.set_num_threads``; Ray and Flower keep one thread per
 executor/client actor, one actor per core); 0 (default): each side's own default. ``--repeats``
 runs every side that many times, alternating the order (forward, then backward) so each pair
-of sides sees the same load; the best of each is reported, and the load average is printed
-beside every measurement.
+of sides sees the same load; each side's median and range over the passes are reported, with
+its ratios to the plain loop taken within each pass (median and range), and the load average
+is printed beside every measurement.
 
     python benchmarks/pfl_cifar10.py [--workload cifar10|logreg] [--rounds 5] [--sides plain,inline,...]
                                      [--threads 0] [--repeats 1] [--device cpu|cuda] [--data DIR] [--out FILE]
@@ -60,6 +61,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -325,66 +327,17 @@ def pfl_main(work: dict[str, Any], root: Path) -> None:
 
 def flower_main(work: dict[str, Any], root: Path) -> None:
     """Flower's simulation engine (Message API, ``FedAvg`` strategy, one CPU per client actor)
-    on the same clients; the central evaluation before the first and after the last round."""
-    import logging
-    import types
+    on the same clients, ``cohort`` a round; the central evaluation before the first and after
+    the last round (:func:`flower_side.run_flower`, shared with ``e2e.py``)."""
+    from flower_side import run_flower  # beside this script
 
-    import torch
-    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
-    from flwr.clientapp import ClientApp
-    from flwr.serverapp import Grid, ServerApp
-    from flwr.serverapp.strategy import FedAvg
-    from flwr.simulation import run_simulation
-
-    logging.getLogger("flwr").setLevel(logging.WARNING)
     marks = Marks()
-    clients, s, rounds = work["clients"], work["samples"], work["rounds"]
-    client_app = ClientApp()
 
-    @client_app.train()
-    def train(msg: Message, context: Context) -> Message:
-        Marks().first_task()
-        # one copy of the data and model per client actor process (a module, so it outlives this call)
-        cache = sys.modules.setdefault("_bench_flower_cache", types.ModuleType("_bench_flower_cache"))
-        if not hasattr(cache, "data"):
-            torch.set_num_threads(1)
-            x_tr, y_tr, _, _ = read_data(work, root)
-            cache.data = torch.from_numpy(x_tr), torch.from_numpy(y_tr)
-            cache.model = build_model(work)
-        model, (x, y) = cache.model, cache.data
-        c = int(context.node_config["partition-id"])
-        r = int(msg.content["config"]["server-round"])
-        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-        local_sgd(model, x[c * s:(c + 1) * s], y[c * s:(c + 1) * s], work, r * 100_000 + c)
-        return Message(content=RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                                           "metrics": MetricRecord({"num-examples": s})}), reply_to=msg)
-
-    server_app = ServerApp()
-    accuracy: list[float] = []
-
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        _, _, x_te, y_te = read_data(work, root)
-        torch.manual_seed(0)
-        model = build_model(work)
-        x_te_t, y_te_t = torch.from_numpy(x_te), torch.from_numpy(y_te)
-
-        def central(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-            if server_round > 0:
-                marks.round_end()
-            if server_round not in (0, rounds):
-                return None
-            model.load_state_dict(arrays.to_torch_state_dict())
-            accuracy.append(evaluate(model, x_te_t, y_te_t))
-            return MetricRecord({"accuracy": accuracy[-1]})
-
-        strategy = FedAvg(fraction_train=work["cohort"] / clients, fraction_evaluate=0.0,
-                          min_train_nodes=work["cohort"], min_available_nodes=clients)
-        strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds,
-                       evaluate_fn=central)
-
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+    accuracy = run_flower(clients=work["clients"], cohort=work["cohort"], rounds=work["rounds"],
+                          samples=work["samples"], read=lambda: read_data(work, root),
+                          build_model=lambda: build_model(work),
+                          train=lambda model, x, y, seed: local_sgd(model, x, y, work, seed), evaluate=evaluate,
+                          on_task=lambda: Marks().first_task(), on_round_end=marks.round_end)
     marks.write(accuracy=accuracy)
 
 
@@ -519,9 +472,6 @@ def main() -> None:
             with open(args.out, "a") as f:
                 f.write(line + "\n")
 
-    if "inline_vec" in sides and work["model"] == "pfl_cnn":
-        say("pfl_cifar10: inline_vec left out: pfl_cnn has dropout, which vectorized clients do not support")
-        sides.remove("inline_vec")
     pythons: dict[str, Path] = {}
     for side in [s for s in sides if s in VENVS]:
         try:
@@ -533,7 +483,7 @@ def main() -> None:
         f"{work['cohort']} a round, batch {work['batch']}, lr {work['lr']}, {work['rounds']} rounds; "
         f"{os.cpu_count()} CPUs, device {args.device}, threads {args.threads or 'defaults'}; load average "
         f"{load_average()}")
-    best: dict[str, dict[str, Any]] = {}
+    samples: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fedclock-pfl-bench-") as holder:
         tmp = Path(holder)
         root = args.data if args.data is not None else write_data(work, tmp)
@@ -547,22 +497,31 @@ def main() -> None:
                 say(f"[{rep + 1}] {side}: {got['per_round']:.2f} s/round (steady, {got['rounds']} rounds), start-up "
                     f"to the first task {got['startup']:.2f} s, whole process {got['wall']:.2f} s, CPU "
                     f"{got['cpu']:.2f} s, accuracy {got['accuracy']} (load average {got['load']})")
-                for key in ("per_round", "startup", "wall", "cpu"):
-                    best.setdefault(side, {})[key] = min(best.get(side, {}).get(key, float("inf")), got[key])
-    say(table(best))
+                samples.setdefault(side, []).append({**got, "pass": rep})
+    say(table(samples))
     say(f"targets: {TARGETS}")
 
 
-def table(best: dict[str, dict[str, Any]]) -> str:
-    """The best of each side and its ratios to the plain loop (below 1: faster than it)."""
-    plain = best.get("plain")
-    lines = ["| side | s/round (steady) | start-up s | whole process s | CPU s | s/round / plain | wall / plain |",
-             "|---|---|---|---|---|---|---|"]
-    for side, t in best.items():
-        ratio = (f"{t['per_round'] / plain['per_round']:.2f} | {t['wall'] / plain['wall']:.2f}" if plain
-                 else "- | -")
-        lines.append(f"| {side} | {t['per_round']:.2f} | {t['startup']:.2f} | {t['wall']:.2f} | {t['cpu']:.2f} | "
-                     f"{ratio} |")
+def _spread(values: list[float]) -> str:
+    """``median [min-max]`` (the value alone when there is one)."""
+    if not values:
+        return "-"
+    mid = statistics.median(values)
+    return f"{mid:.2f}" if len(values) == 1 else f"{mid:.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def table(samples: dict[str, list[dict[str, Any]]]) -> str:
+    """Each side's median and range over its passes, and its ratios to the plain loop taken
+    within each pass (the two processes of a pass ran next to each other, under about the
+    same load), median and range (below 1: faster than the plain loop)."""
+    plain = {s["pass"]: s for s in samples.get("plain", [])}
+    lines = ["| side | passes | s/round (steady) | start-up s | whole process s | CPU s | s/round / plain | "
+             "wall / plain |", "|---|---|---|---|---|---|---|---|"]
+    for side, runs in samples.items():
+        cells = [_spread([r[key] for r in runs]) for key in ("per_round", "startup", "wall", "cpu")]
+        paired = [(r, plain[r["pass"]]) for r in runs if r["pass"] in plain]
+        cells += [_spread([r[key] / p[key] for r, p in paired]) for key in ("per_round", "wall")]
+        lines.append(f"| {side} | {len(runs)} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

@@ -5,6 +5,8 @@
     python benchmarks/ray_startup.py --repeats 1 --spans --importtime --out startup.json
     python benchmarks/ray_startup.py --repeats 3 --daemons --out daemons.json
     python benchmarks/ray_startup.py --repeats 3 --floor --out floor.json
+    python benchmarks/ray_startup.py --repeats 3 --floor --file library/benchmarks/pfl_cifar10 \
+        --set dataset.generate.users=20 --set population.num_clients=20 --set mode.cohort_size=4 --out floor.json
 
 The workload is the quickstart's FedAvg run with 4 clients and 1 round (``benchmarks/grid.py``'s
 ``one_round_file``): its training takes milliseconds, so the whole process is start-up.
@@ -26,7 +28,11 @@ the CPU seconds of Ray's processes by program after 4 s idle.
 trivial task on a fresh Ray worker (``ray``: no PyTorch anywhere), and the same with PyTorch
 imported in the driver and in one actor that runs the task (``ray + torch``: the least a run
 that trains in a Ray actor does); wall and CPU seconds as for the runs, and the time the task
-returned (seconds since the process started).
+returned (seconds since the process started). With ``--file`` (and its ``--set`` overrides,
+``stop.rounds=1`` always added) the runs are of that scenario instead of the quickstart's, and
+two more sides join each pass: ``python -c "import torch"`` (the floor of any run that trains
+with PyTorch in its own process) and the same 1-round run on the inline backend; each run with
+``--profile-startup``, whose line is kept with its sample.
 
 ``--spans`` adds, per repeat and Ray side, one more cold run in a child of this script that
 wraps a few fedclock functions with timestamps before it runs the command (the code that runs
@@ -160,13 +166,14 @@ def adopt_orphans() -> bool:
     return bool(ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def timed_tree(cmd: list[str]) -> dict[str, Any]:
+def timed_tree(cmd: list[str], keep_stderr: bool = False) -> dict[str, Any]:
     """Run ``cmd`` to its end as a child of this process, which adopts its orphans (Linux's
     child subreaper, so a Ray process that outlives it is still seen): wall seconds to its
     exit; CPU seconds of it and each descendant, each process's last reading every
     :data:`SAMPLE_S` s (a process loses at most its last sample), summed by role
     (``driver``, ``server``, ``executors``, ``ray``: :func:`proctree.role_of`); the
-    descendants alive when it exited, and how long until the last of them was gone."""
+    descendants alive when it exited, and how long until the last of them was gone;
+    ``keep_stderr``: with the ``start-up:`` line the command printed there (``--profile-startup``)."""
     subreaper = adopt_orphans()
     cpu: dict[int, float] = {}
     roles: dict[int, str] = {}
@@ -199,16 +206,20 @@ def timed_tree(cmd: list[str]) -> dict[str, Any]:
         if proc.returncode != 0:
             err.seek(0)
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+        err.seek(0)
+        profile = [line.split("start-up: ", 1)[1].strip() for line in err if "start-up: " in line]
     by_role: dict[str, float] = {}
     for pid, seconds in cpu.items():
         by_role[roles.get(pid, "ray")] = by_role.get(roles.get(pid, "ray"), 0.0) + seconds
     return {"wall_s": wall, "cpu_s": sum(by_role.values()), "cpu_s_by_role": by_role, "left_behind": len(left),
-            "gone_after_s": gone if left else 0.0, "subreaper": subreaper, "load_1min": os.getloadavg()[0]}
+            "gone_after_s": gone if left else 0.0, "subreaper": subreaper, "load_1min": os.getloadavg()[0],
+            **({"startup_profile": profile[0] if profile else None} if keep_stderr else {})}
 
 
-def command(python: str, module: str, path: Path, backend: str, out: str) -> list[str]:
-    """``fedclock run PATH`` of one side, as ``python -m module``."""
-    return [python, "-m", module, "run", str(path), "--quiet", "--backend", backend, "--out", out]
+def command(python: str, module: str, path: Path | str, backend: str, out: str,
+            extra: tuple[str, ...] = ()) -> list[str]:
+    """``fedclock run PATH`` of one side, as ``python -m module``; ``extra``: more flags."""
+    return [python, "-m", module, "run", str(path), "--quiet", "--backend", backend, "--out", out, *extra]
 
 
 def sides(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
@@ -369,18 +380,37 @@ def floor_child(kind: str, out: Path) -> None:
     exit_now(0)
 
 
-def floor(repeats: int) -> dict[str, Any]:
-    """The ``--floor`` comparison (module docstring): per repeat a Ray run, then the two floors."""
+def floor(repeats: int, file: str | None = None, overrides: tuple[str, ...] = (),
+          before_path: str | None = None) -> dict[str, Any]:
+    """The ``--floor`` comparison (module docstring): per repeat a Ray run, then the two floors;
+    with ``file`` (a scenario path or library name, ``overrides`` its ``--set`` values) that
+    scenario's 1-round run on Ray and inline, ``import torch`` and the two Ray floors; with
+    ``before_path`` (a folder holding another checkout's ``fedclock`` package, put first on
+    ``PYTHONPATH``) that code's two runs too, each beside this code's."""
     adopt_orphans()
-    names = ("fedclock run, ray", "ray", "ray + torch")
+    names: tuple[str, ...] = ("fedclock run, ray", "ray", "ray + torch")
+    if file is not None:
+        names = ("import torch", "fedclock run, inline", *names)
+    if file is not None and before_path is not None:
+        names = ("import torch", "fedclock run, inline", "fedclock run, inline, before", "fedclock run, ray",
+                 "fedclock run, ray, before", "ray", "ray + torch")
+    extra = tuple(a for o in (*overrides, "stop.rounds=1") for a in ("--set", o))
+    extra += ("--profile-startup",) if file is not None else ()
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as folder:
-        path = one_round_file(Path(folder))
+        path: Path | str = file if file is not None else one_round_file(Path(folder))
         for _ in range(repeats):
             for name in names:
                 with tempfile.TemporaryDirectory() as tmp:
-                    if name == names[0]:
-                        samples[name].append(timed_tree(command(sys.executable, ENTRY, path, "ray", tmp)))
+                    if name.startswith("fedclock run"):
+                        backend = name.split(", ")[1]
+                        cmd = command(sys.executable, ENTRY, path, backend, tmp, extra if file is not None else ())
+                        if name.endswith(", before"):
+                            cmd = ["env", f"PYTHONPATH={before_path}", *cmd]
+                        samples[name].append(timed_tree(cmd, keep_stderr=file is not None))
+                        continue
+                    if name == "import torch":
+                        samples[name].append(timed_tree([sys.executable, "-c", "import torch"]))
                         continue
                     os.environ[T0_VARIABLE] = repr(time.time())
                     out = Path(tmp) / "floor.json"
@@ -388,7 +418,9 @@ def floor(repeats: int) -> dict[str, Any]:
                     samples[name].append(sample | json.loads(out.read_text(encoding="utf-8")))
     figures = medians(samples)
     figures["median_first_task_s"] = {n: statistics.median(s["first task returned"] for s in v)
-                                      for n, v in samples.items() if n != names[0]}
+                                      for n, v in samples.items() if v and "first task returned" in v[0]}
+    if file is not None:
+        figures["file"] = {"path": str(file), "overrides": [*overrides, "stop.rounds=1"]}
     return figures
 
 
@@ -415,13 +447,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead: Ray's own processes started as a run starts them and in full, alternately")
     parser.add_argument("--floor", action="store_true",
                         help="instead: the 1-round Ray run beside Ray alone and Ray with PyTorch in one actor")
+    parser.add_argument("--file", default=None,
+                        help="with --floor: this scenario's 1-round runs, inline and Ray, beside import torch")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="with --file: its --set values")
+    parser.add_argument("--before-path", default=None,
+                        help="with --file: also the runs of the fedclock package in this folder (first on PYTHONPATH)")
     args = parser.parse_args(argv)
     load = os.getloadavg()
     figures: dict[str, Any]
     if args.daemons:
         figures = {"daemons": daemons(args.repeats)}
     else:
-        figures = floor(args.repeats) if args.floor else interleaved(args)
+        figures = (floor(args.repeats, args.file, tuple(args.overrides), args.before_path) if args.floor
+                   else interleaved(args))
     figures["load_average"] = {"before": load, "after": os.getloadavg()}
     text = json.dumps(figures, indent=1)
     if args.out is not None:

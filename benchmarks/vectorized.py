@@ -40,6 +40,7 @@ runs once untimed, then three times, alternately with the other; the fastest tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from typing import Callable
 
@@ -48,7 +49,7 @@ import torch
 from fedclock.actors.cuda_kernels import exact_cuda_kernels
 from fedclock.algorithms.base import AlgorithmParams, ClientData
 from fedclock.algorithms.models import ModelFactory
-from fedclock.algorithms.training import batches
+from fedclock.algorithms.training import batches, seed_dropout
 from fedclock.algorithms.vectorized import SGDTask, vectorized_local_sgd
 
 LR = 0.05
@@ -80,11 +81,13 @@ def plain_loop(factory: ModelFactory, start: torch.Tensor, data: list[ClientData
         factory.load_flat(model, start)
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         rng = torch.Generator().manual_seed(1000 + d.client)
-        for idx in batches(d.num_train, batch, steps, rng):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(d.x_train[idx]), d.y_train[idx])
-            loss.backward()
-            opt.step()
+        with contextlib.ExitStack() as seeded:
+            seed_dropout(seeded, model, rng, start.device)  # a model with dropout: the masks local_sgd draws
+            for idx in batches(d.num_train, batch, steps, rng):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(d.x_train[idx]), d.y_train[idx])
+                loss.backward()
+                opt.step()
         out.append(factory.flatten(model))
     return out
 

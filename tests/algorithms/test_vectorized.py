@@ -108,7 +108,7 @@ def test_mlp_different_sizes_short_batches_partial_steps_and_hyperparameters(dev
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", ["cnn5", "spfl_cnn_padded", "conv_gn", "logistic"])
+@pytest.mark.parametrize("name", ["cnn5", "spfl_cnn_padded", "conv_gn", "logistic", "pfl_cnn"])
 def test_other_models(name: str, device: str) -> None:
     factory = ModelFactory(name, (1, 8, 8), 4)
     start = factory.initial_weights(torch.Generator().manual_seed(1))
@@ -134,8 +134,111 @@ def test_rejects_models_with_batchnorm() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
     with pytest.raises(ValueError, match="buffers"):
         check_model(model)
-    with pytest.raises(ValueError, match="Dropout"):
+    with pytest.raises(ValueError, match="Dropout only as a layer of a FedModel"):
         check_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout()))
+    with pytest.raises(ValueError, match="AlphaDropout"):
+        check_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.AlphaDropout()))
+
+
+# ---------------------------------------------------------------- dropout (pfl_cnn)
+
+PFL = ModelFactory("pfl_cnn", (3, 8, 8), 4)
+"""pfl-research's CNN (dropout 0.25 after the pool, 0.5 after the dense layer) on 8x8 images."""
+
+
+def _pfl_tasks(sizes: list[int], steps: list[int], momentum: float = 0.0, task: int = 0) -> list[SGDTask]:
+    start = PFL.initial_weights(torch.Generator().manual_seed(1))
+    p = AlgorithmParams(lr=0.05, batch_size=4, momentum=momentum)
+    return [SGDTask(start, client(c, n, (3, 8, 8), 4), p, rng(c, task), s)
+            for c, (n, s) in enumerate(zip(sizes, steps))]
+
+
+def _drop_p(model: torch.nn.Module, p: float) -> torch.nn.Module:
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = p
+    return model
+
+
+def test_pfl_cnn_on_the_vmap_path_matches_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vmap path (other devices; here forced on the CPU) runs the dropout chain layer by
+    layer with the same stored masks: the sequential weights up to float rounding."""
+    from fedclock.algorithms import batched_net
+
+    monkeypatch.setattr(batched_net.BatchedNet, "plan", staticmethod(lambda model: None))
+
+    def make() -> list[SGDTask]:
+        return _pfl_tasks([9, 4, 6], [3, 2, 1], momentum=0.5)
+
+    assert_same(*run_both(PFL, make), atol=sgd_atol(PFL.build(), (3, 8, 8), 4, 3))
+
+
+def test_dropout_masks_are_the_loops_and_independent_across_clients() -> None:
+    """Each client's stored masks are those its sequential task draws (recorded by calling
+    each dropout layer of the loop's model on ones with the generator state it had, which
+    dropout's output on any input multiplies by); a client's masks depend on its own task
+    seed only; across clients and layers the kept fraction is 1 - p and two clients' masks
+    agree as often as independent draws do."""
+    from fedclock.algorithms.vectorized import _dropout_plan
+
+    tasks = _pfl_tasks([40] * 6, [5] * 6)
+    model = PFL.build()
+    plan = _dropout_plan(model, tasks, [4] * 6, [5] * 6, (5, 6, 4), torch.device("cpu"))
+    assert [tuple(keep.shape) for keep, _ in plan] == [(5, 6, 4, 64, 2, 2), (5, 6, 4, 128)]
+    assert [factor for _, factor in plan] == [pytest.approx(1 / 0.75), pytest.approx(2.0)]
+
+    loop = PFL.build()
+    drawn: list[list[torch.Tensor]] = []
+
+    def recording(module: torch.nn.Module, forward: Any) -> Any:
+        def wrapped(x: torch.Tensor) -> torch.Tensor:
+            noise = forward(torch.ones_like(x))
+            drawn[-1].append(noise != 0)
+            return x * noise
+        return wrapped
+
+    for m in loop.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.forward = recording(m, m.forward)  # type: ignore[method-assign]
+    for j, t in enumerate(_pfl_tasks([40] * 6, [5] * 6)):
+        drawn.append([])
+        local_sgd(loop, PFL, t.start, t.data, t.params, t.rng, t.steps)
+        for step in range(5):
+            for i, (keep, _) in enumerate(plan):
+                assert torch.equal(keep[step, j], drawn[j][2 * step + i])
+    for (keep, _), p in zip(plan, (0.25, 0.5)):
+        assert float(keep.float().mean()) == pytest.approx(1 - p, abs=0.02)
+        flat = keep.transpose(0, 1).reshape(6, -1).float()
+        agree = float((flat[0] == flat[1]).float().mean())
+        assert agree == pytest.approx((1 - p) ** 2 + p ** 2, abs=0.02)  # independent draws agree this often
+    # a client's masks are the same whatever the group it is trained in
+    alone = _dropout_plan(model, tasks[3:4], [4], [5], (5, 1, 4), torch.device("cpu"))
+    assert all(torch.equal(a[0][:, 0], b[0][:, 3]) for a, b in zip(alone, plan))
+    # another task seed, other masks
+    other = _dropout_plan(model, _pfl_tasks([40] * 6, [5] * 6, task=1), [4] * 6, [5] * 6, (5, 6, 4),
+                          torch.device("cpu"))
+    assert not torch.equal(other[1][0], plan[1][0])
+
+
+def test_dropout_p0_is_the_model_without_dropout_exactly() -> None:
+    """With p = 0 the stored noise is all ones and the vectorized weights equal, bit for bit,
+    those of the same network without its dropout layers; with pfl_cnn's p they differ by far
+    more than the tolerance the loop is matched within (so the match above tests the masks)."""
+    from fedclock.algorithms.models import FedModel
+
+    def make() -> list[SGDTask]:
+        return _pfl_tasks([9, 4, 6], [3, 2, 1])
+
+    with_p0 = vectorized_local_sgd(_drop_p(PFL.build(), 0.0), PFL, make())
+    model = PFL.build()
+    plain = FedModel(torch.nn.Sequential(*[m for m in model.body if not isinstance(m, torch.nn.Dropout)]),
+                     model.head, {})
+    without = vectorized_local_sgd(plain, PFL, make())
+    for (w0, m0), (w1, m1) in zip(with_p0, without):
+        assert torch.equal(w0, w1) and m0 == m1
+    dropped = vectorized_local_sgd(PFL.build(), PFL, make())
+    atol = sgd_atol(PFL.build(), (3, 8, 8), 4, 3)
+    assert all(float((w0 - w1).abs().max()) > 5 * atol for (w0, _), (w1, _) in zip(dropped, without))
 
 
 ALGORITHMS = [(FedAvg, FedAvgParams(lr=0.1, batch_size=5, lr_decay=0.9)),

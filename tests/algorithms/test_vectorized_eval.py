@@ -44,7 +44,7 @@ def assert_same(seq: list[Any], vec: list[Any], atol: float) -> None:
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", ["mlp", "cnn5", "conv_gn"])
+@pytest.mark.parametrize("name", ["mlp", "cnn5", "conv_gn", "pfl_cnn"])
 def test_many_models_on_their_own_test_sets(name: str, device: str) -> None:
     shape = (6,) if name == "mlp" else (1, 8, 8)
     factory = ModelFactory(name, shape, 3, **({"hidden": (8,)} if name == "mlp" else {}))
