@@ -9,7 +9,9 @@ client in every round, the paper's local work (2 epochs; FedReCo and FedPAC 1 he
 epoch). Seeds 0-2 share the split and the initial model of each algorithm pair.
 
 * ``t1-fedreco-vs-fedavg`` / ``-fedpac`` / ``-fedrep`` / ``-fedbabu`` (fedreco.md) and
-  ``fm2-fedreco-vs-fedavg_ft`` (fedreco_fmnist.md, 2 classes per client): FedReCo's personal
+  ``fm2-fedreco-vs-fedavg_ft`` / ``-fedrep`` / ``-fedavg`` (fedreco_fmnist.md, 2 classes per
+  client; the consensus rows against lambda = 0, ``fm-`` / ``fm2-fedreco-vs-fedreco_lam0``, are
+  tests/algorithms/test_fedreco_personal_accuracy.py's): FedReCo's personal
   models above FedAvg's global model, FedPAC's and FedRep's personal models and FedAvg-FT's and
   FedBABU's fine-tuned models after RECO_ROUNDS rounds. Ablation: the same
   trained FedReCo scored without its personal models (u_0 with the shared initial head, its
