@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Sequence
 
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.availability import Always, Availability
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, AvailabilityModel,
-                                                     TraceAvailability, TraceFiles, TracePath)
+                                                     DiurnalAvailability, TraceAvailability, TraceFiles, TracePath)
 from fedclock.scheduling.completeness_connectivity import CompletenessConfig, ConnectivityConfig, FullWork, Reliable
 from fedclock.scheduling.device_library import DEVICE_CLASSES, mix_counts
 from fedclock.scheduling.distributions import DeviceDistributions
 from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.traces import recorded_compute_unit, trace_clients
-
-MAX_CLIENTS = 1_000_000
-"""population.num_clients."""
-
 
 Tag = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -41,7 +37,9 @@ class ClientOverride(StrictModel):
 
 
 class PopulationConfig(StrictModel):
-    num_clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS)] = 10
+    num_clients: Annotated[int, Field(ge=1)] = Field(
+        default=10, description="no bound but memory: a scenario whose estimated memory exceeds the machine's "
+        "is refused (fedclock.scenarios.memory_estimate)")
     devices: DeviceDistributions = Field(default_factory=DeviceDistributions)
     device_mix: dict[str, Fraction] = Field(
         default_factory=dict, description="device classes from the library by fraction of clients, in client-id "
@@ -111,19 +109,29 @@ def client_classes(population: PopulationConfig) -> list[str]:
     return out + ["custom"] * (population.num_clients - len(out))
 
 
-def population_availability(population: PopulationConfig, seed: int) -> list[Availability]:
+def population_availability(population: PopulationConfig, seed: int) -> Sequence[Availability]:
     """Availability of every client: the population default, overridden per client (a later
     group wins), each built by its config (:meth:`AvailabilityModel.build`); a trace file
-    shared by many clients is read once, and clients always available share one model."""
+    shared by many clients is read once, and clients always available share one model. A
+    diurnal default with ``phases: population`` and no override is one
+    :class:`~fedclock.scheduling.availability.DiurnalClients` (flat arrays, no object per client)."""
     per_client: dict[int, AvailabilityModel] = {}
     for group in population.clients:
         if group.availability is not None:
             for cid in group.ids:
                 per_client[cid] = group.availability
+    default = population.availability
+    if isinstance(default, DiurnalAvailability) and default.phases == "population":
+        whole = default.build_population(seed, population.num_clients)
+        if not per_client:
+            return whole
+    else:
+        whole = None
     shared_always = Always()
     traces = TraceFiles()
     out: list[Availability] = []
     for cid in range(population.num_clients):
-        cfg = per_client.get(cid, population.availability)
-        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else cfg.build(seed, cid, traces))
+        cfg = per_client.get(cid, default)
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else whole[cid] if cfg is default and whole
+                   is not None else cfg.build(seed, cid, traces))
     return out

@@ -62,13 +62,14 @@ import torch.nn.functional as F
 from fedclock.actors.federation import ClientIndex
 from fedclock.scenarios.data.dataset_specs import DATASET_NAMES, DATASETS, PublishedFiles
 from fedclock.scenarios.plugins import PluginError, find
-from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
+from fedclock.scenarios.memory_estimate import SYNTHETIC_MIN_PER_CLIENT, machine_memory, synthetic_bytes
+from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["Dataset", "DatasetError", "DomainSplit", "data_root", "download_files", "load_dataset",
            "read_idx_files"]
 
-_SYNTHETIC_MIN_PER_CLIENT = 4
+_SYNTHETIC_MIN_PER_CLIENT = SYNTHETIC_MIN_PER_CLIENT
 
 
 class DatasetError(Exception):
@@ -359,10 +360,12 @@ def load_synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     rng = numpy_rng(seed, Stream.DATA, DataStream.SYNTHETIC)
     dim, classes = cfg.synthetic_features, cfg.synthetic_classes
     sizes = _synthetic_sizes(rng, num_clients, cfg.synthetic_samples)
-    if int(sizes.sum()) * dim > MAX_SYNTHETIC_VALUES:  # each client is raised to a minimum size
-        raise DatasetError(f"population.num_clients: {num_clients} clients of at least {_SYNTHETIC_MIN_PER_CLIENT} "
-                           f"synthetic samples x {dim} features is more than {MAX_SYNTHETIC_VALUES:,} values; use "
-                           f"fewer clients or features")
+    need = synthetic_bytes(int(sizes.sum()), dim)  # each client is raised to a minimum size
+    if need > machine_memory():
+        raise DatasetError(f"population.num_clients: {num_clients:,} clients of at least {_SYNTHETIC_MIN_PER_CLIENT} "
+                           f"synthetic samples x {dim} features need about {need / 2**30:,.1f} GiB (estimated "
+                           f"before allocating), more than this machine's {machine_memory() / 2**30:,.1f} GiB of "
+                           f"memory; use fewer clients or features")
     cov_sd = np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2) ** 0.5
     u = rng.normal(0.0, cfg.synthetic_alpha, num_clients)
     big_b = rng.normal(0.0, cfg.synthetic_beta, num_clients)
