@@ -254,7 +254,7 @@ class IdleAvailable:
     def candidates_array(self) -> np.ndarray | None:
         """Every candidate of the last count in client-id order, from the marks in one C pass
         (None with Periodic classes, whose candidates depend on the round)."""
-        return None if self._periods else np.flatnonzero(np.frombuffer(self._mark, dtype=np.uint8))
+        return None if self._periods else np.flatnonzero(np.frombuffer(self._mark, dtype=np.bool_))
 
     def next_change(self, now: float) -> float:
         """The earliest ``next_change(now)`` of all clients' models (timeline gates included)."""

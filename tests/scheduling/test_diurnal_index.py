@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from fedclock.scheduling.availability import Always, Diurnal, DiurnalClients
+from fedclock.scheduling.availability import Always, Diurnal, DiurnalClients, Markov
+from fedclock.scheduling.available_index import build_index
 from fedclock.scheduling.population import PopulationConfig, population_availability
 from fedclock.scheduling.rng import Stream, numpy_rng
 from tests.scheduling.availability_cases import MODELS, MODES, run_case
@@ -87,3 +88,19 @@ def test_population_phases_give_one_array_model_unless_overridden() -> None:
     models = population_availability(cfg, seed=3)
     assert type(models[4]) is Always
     assert [m.phase_s for c, m in enumerate(models) if c != 4] == [whole[c].phase_s for c in range(50) if c != 4]
+
+
+def test_the_object_index_gives_its_candidates_as_one_array() -> None:
+    rng = np.random.default_rng(5)
+    models = [Markov(3.0, 5.0, "stationary", numpy_rng(2, Stream.AVAILABILITY, c)) for c in range(50)]
+    index = build_index(models, 0.0)
+    busy = BusyClients(index)
+    for step in range(200):
+        c = int(rng.integers(50))
+        if c in busy:
+            busy.pop(c)
+        else:
+            busy[c] = step
+        now = step * 0.37
+        count = index.count(now, 0)
+        assert index.candidates_array().tolist() == index.at_many(range(count))
