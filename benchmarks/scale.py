@@ -20,7 +20,7 @@ once: ``phases: population``, kept as flat arrays) and ``--selection oort`` Oort
 instead of uniform draws. ``setup_s`` is the time from the start of the measured run to its
 first evaluation (devices, availability, the clock and its index; the data are built once
 before, in ``federation_s``), ``steady_s_per_round`` the median time between two evaluations
-(one a round) of the measured run after its first two rounds.
+(one a round: aggregations) of the measured run after its first two rounds.
 
 ``--population-only`` runs no training and builds no data: the run's clock over the scenario's
 population (its devices, availability and selector) with a backend whose tasks cost nothing
@@ -80,18 +80,25 @@ class _NoRecorder:
         pass
 
 
+DATA_OPTIONS: dict = {}
+"""--blocks, --natural, --client-test-fraction, --eval-every (set by main in the child)."""
+
+
 def _scenario_dict(clients: int, rounds: int, backend: str, samples: int, cohort: int | None, features: int,
                    availability: str, selection: str) -> dict:
     avail = {"type": "diurnal", "phases": "population"} if availability == "diurnal" else {"type": "always"}
     return {
         "name": "scale", "seed": 0,
-        "dataset": {"name": "synthetic", "synthetic_samples": samples, "synthetic_features": features},
+        "dataset": {"name": "synthetic", "synthetic_samples": samples, "synthetic_features": features,
+                    "synthetic_draws": "blocks" if DATA_OPTIONS.get("blocks") else "client",
+                    "partition": {"type": "natural" if DATA_OPTIONS.get("natural") else "iid"},
+                    "client_test_fraction": DATA_OPTIONS.get("client_test_fraction", 0.2)},
         "model": {"name": "mlp", "hidden": [32]},
         "population": {"num_clients": clients, "availability": avail},
         "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 20, "local_epochs": 1},
         "mode": {"type": "sync", "cohort_fraction": cohort / clients if cohort else 0.01},
         "stop": {"rounds": rounds},
-        "evaluation": {"every": 1, "personalized": False},
+        "evaluation": {"every": DATA_OPTIONS.get("eval_every", 1), "personalized": False},
         "selection": {"name": selection},
         "runtime": {"backend": backend, "num_actors": 2, "placement": "pooled"},
         "output": {"flush_every_s": 60, "progress": False},
@@ -181,14 +188,19 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
 
     from fedclock.scheduling.clock import Clock
 
-    stamps: list[float] = []
-    evaluate = Clock.evaluate
+    stamps: list[float] = []  # the first evaluation (set-up done), then every aggregation (a round each)
+    evaluate, aggregate = Clock.evaluate, Clock.aggregate
 
-    def stamped(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        stamps.append(time.perf_counter())
+    def evaluated(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not stamps:
+            stamps.append(time.perf_counter())
         return evaluate(self, *args, **kwargs)
 
-    Clock.evaluate = stamped  # type: ignore[method-assign]
+    def aggregated(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        stamps.append(time.perf_counter())
+        return aggregate(self, *args, **kwargs)
+
+    Clock.evaluate, Clock.aggregate = evaluated, aggregated  # type: ignore[method-assign]
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     runtime = Runtime(backend)
@@ -231,10 +243,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the lines to this file")
     parser.add_argument("--availability", choices=("always", "diurnal"), default="always")
     parser.add_argument("--selection", choices=("uniform", "oort"), default="uniform")
+    parser.add_argument("--blocks", action="store_true", help="synthetic_draws: blocks (many clients a call)")
+    parser.add_argument("--natural", action="store_true", help="partition: natural (synthetic's own per-client data)")
+    parser.add_argument("--client-test-fraction", type=float, default=0.2)
+    parser.add_argument("--eval-every", type=int, default=1, help="evaluation.every (the global test set grows "
+                        "with the clients)")
     parser.add_argument("--population-only", action="store_true",
                         help="no training and no data: the clock, availability and selection alone")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    DATA_OPTIONS.update(blocks=args.blocks, natural=args.natural, client_test_fraction=args.client_test_fraction,
+                        eval_every=args.eval_every)
     if args.one and args.population_only:
         population_only(args.clients[0], args.rounds, args.cohort, args.availability, args.selection)
         return
@@ -248,6 +267,8 @@ def main() -> None:
         extra = ["--cohort", str(args.cohort)] if args.cohort else []
         extra += ["--availability", args.availability, "--selection", args.selection]
         extra += ["--population-only"] if args.population_only else []
+        extra += ["--client-test-fraction", str(args.client_test_fraction), "--eval-every", str(args.eval_every)]
+        extra += (["--blocks"] if args.blocks else []) + (["--natural"] if args.natural else [])
         out = subprocess.run([sys.executable, __file__, "--one", "--clients", str(n), "--rounds", str(args.rounds),
                               "--backend", args.backend, "--samples", str(args.samples),
                               "--features", str(args.features), *extra],

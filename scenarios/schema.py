@@ -121,6 +121,10 @@ class DatasetConfig(StrictModel):
     synthetic_features: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_FEATURES)] = 60
     synthetic_classes: Annotated[int, Field(ge=2, le=MAX_SYNTHETIC_FEATURES)] = 10
     synthetic_samples: Annotated[int, Field(ge=10)] = 20000
+    synthetic_draws: Literal["client", "blocks"] = Field(
+        default="client", description="synthetic: draw each client's model and samples one client per call "
+        "(client) or many clients per call (blocks: other draws of the same model, about 100x faster at "
+        "millions of clients)")
     mnist1d_samples: Annotated[int, Field(ge=20, le=200_000)] = Field(
         default=10_000, description="mnist1d: samples generated (global_test_fraction of them form the test set)")
     max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
