@@ -22,6 +22,11 @@ first evaluation (devices, availability, the clock and its index; the data are b
 before, in ``federation_s``), ``steady_s_per_round`` the median time between two evaluations
 (one a round: aggregations) of the measured run after its first two rounds.
 
+``--blocks`` draws the synthetic data many clients a call (``synthetic_draws: blocks``),
+``--natural`` keeps synthetic's own per-client data as the clients' (``partition: natural``),
+``--client-test-fraction 0`` holds nothing out of the clients (global evaluation only), and
+``--eval-every N`` evaluates the global test set (which grows with the clients) every N rounds.
+
 ``--population-only`` runs no training and builds no data: the run's clock over the scenario's
 population (its devices, availability and selector) with a backend whose tasks cost nothing
 and report a loss, so the scheduling layer's own cost is read apart from PyTorch's.
@@ -30,6 +35,8 @@ and report a loss, so the scheduling layer's own cost is read apart from PyTorch
     python benchmarks/scale.py --backend inline --clients 10000 100000 1000000 --cohort 100 --rounds 2 --features 20
     python benchmarks/scale.py --population-only --availability diurnal --selection oort --clients 100000 10000000 \
         --cohort 100 --rounds 20
+    python benchmarks/scale.py --backend inline --clients 100000 10000000 --cohort 100 --rounds 12 --features 5 \
+        --samples 400000 --blocks --natural --client-test-fraction 0 --eval-every 5 --availability diurnal --selection oort
 """
 from __future__ import annotations
 
@@ -86,7 +93,8 @@ DATA_OPTIONS: dict = {}
 
 def _scenario_dict(clients: int, rounds: int, backend: str, samples: int, cohort: int | None, features: int,
                    availability: str, selection: str) -> dict:
-    avail = {"type": "diurnal", "phases": "population"} if availability == "diurnal" else {"type": "always"}
+    avail = {"type": "diurnal", "phases": "population"} if availability == "diurnal" else \
+        {"type": "diurnal"} if availability == "diurnal_client" else {"type": "always"}
     return {
         "name": "scale", "seed": 0,
         "dataset": {"name": "synthetic", "synthetic_samples": samples, "synthetic_features": features,
@@ -241,7 +249,8 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=60, help="synthetic features (a million clients: 20)")
     parser.add_argument("--cohort", type=int, default=None, help="clients a round (default 1%%)")
     parser.add_argument("--out", type=Path, default=None, help="also write the lines to this file")
-    parser.add_argument("--availability", choices=("always", "diurnal"), default="always")
+    parser.add_argument("--availability", choices=("always", "diurnal", "diurnal_client"), default="always",
+                        help="diurnal: phases drawn at once (flat arrays); diurnal_client: one model per client")
     parser.add_argument("--selection", choices=("uniform", "oort"), default="uniform")
     parser.add_argument("--blocks", action="store_true", help="synthetic_draws: blocks (many clients a call)")
     parser.add_argument("--natural", action="store_true", help="partition: natural (synthetic's own per-client data)")

@@ -32,24 +32,26 @@ FIXED_B = 800 * MiB
 """The inline process's fixed cost: peak RSS less the data at 10^4 clients, 793 MiB
 (``python benchmarks/scale.py --backend inline --clients 10000 1000000 --cohort 10 --rounds 1
 --features 20``, ``benchmarks/RESULTS.md``, "Idle clients, third pass")."""
-PER_CLIENT_B = 200
+PER_CLIENT_B = 220
 """Inline, every client always available, uniform selection: peak RSS beyond the data and the
-fixed cost, per client (157-167 B measured at 10^6 by the command of :data:`FIXED_B`; 10^7:
-``python benchmarks/scale.py --backend inline --clients 100000 10000000 --cohort 100 --rounds 2
---features 5 --samples 40000000``)."""
-PER_CLIENT_AVAILABILITY_B = 40
-"""Extra per client with a time-driven availability model indexed as arrays (diurnal with
-``phases: population``): phases, change order and candidate marks (``python benchmarks/scale.py
---population-only --availability diurnal --clients 100000 10000000``). Per-client Python models
-(the other time-driven models) cost more (about 400 B) and are estimated at that."""
-PER_CLIENT_OBJECT_AVAILABILITY_B = 400
+fixed cost, per client: 157-167 B for a whole run at 10^6 (the command of :data:`FIXED_B`), 201 B
+for the population alone (``python benchmarks/scale.py --population-only --clients 10000 1000000
+--cohort 100 --rounds 20``), rounded up."""
+PER_CLIENT_AVAILABILITY_B = 60
+"""Extra per client with diurnal availability kept as arrays (``phases: population``): 56 B
+(phases, the cycle order and points, the marks and their Fenwick tree: ``python
+benchmarks/scale.py --population-only --availability diurnal --clients 10000 1000000 --cohort 100
+--rounds 20``, 257 B against 201 B always available)."""
+PER_CLIENT_OBJECT_AVAILABILITY_B = 350
 """Extra per client with one availability object per client (Markov, trace replay, diurnal with
-per-client phases) and the index's heap entry (``python benchmarks/clock.py --availability
-diurnal``'s RSS at 10^5 and 10^6, rounded up)."""
-PER_CLIENT_SELECTOR_B = 80
-"""Extra per client with a selector other than uniform: its history's flat arrays (counts,
-durations, losses: ``ClientHistory``) (``python benchmarks/scale.py --population-only
---selection oort --clients 100000 10000000``)."""
+per-client phases) and the index's heap entry: 345 B (``python benchmarks/scale.py
+--population-only --availability diurnal_client --clients 10000 200000 --cohort 100 --rounds
+20``, 546 B against 201 B)."""
+PER_CLIENT_SELECTOR_B = 130
+"""Extra per client with a selector other than uniform: its history's flat arrays
+(``ClientHistory``) and Oort's sorted copies: 128 B (``python benchmarks/scale.py
+--population-only --selection oort --clients 10000 1000000 --cohort 100 --rounds 20``, 329 B
+against 201 B)."""
 RAY_FIXED_B = 2000 * MiB
 """Ray's processes (driver, GCS, raylet, two executors, the server actor): peak PSS less the
 data at 10^4 clients, 1,968 MiB (``python benchmarks/scale.py --backend ray --clients 10000
