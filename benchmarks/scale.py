@@ -36,7 +36,8 @@ and report a loss, so the scheduling layer's own cost is read apart from PyTorch
     python benchmarks/scale.py --population-only --availability diurnal --selection oort --clients 100000 10000000 \
         --cohort 100 --rounds 20
     python benchmarks/scale.py --backend inline --clients 100000 10000000 --cohort 100 --rounds 12 --features 5 \
-        --samples 400000 --blocks --natural --client-test-fraction 0 --eval-every 5 --availability diurnal --selection oort
+        --samples 400000 --blocks --natural --client-test-fraction 0 --eval-every 5 --availability diurnal \
+        --selection oort
 """
 from __future__ import annotations
 

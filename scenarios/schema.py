@@ -29,7 +29,6 @@ from fedclock.scenarios.data.partition_config import IIDPartition, NaturalPartit
 from fedclock.scheduling.lateness import check_clients, late_map
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
-from fedclock.scheduling.availability_config import AlwaysAvailable, DiurnalAvailability, PeriodicMissing
 from fedclock.scheduling.population import PopulationConfig
 from fedclock.scenarios.memory_estimate import SYNTHETIC_MIN_PER_CLIENT, machine_memory, memory_problem, synthetic_bytes
 from fedclock.scheduling.timeline_events import TimelineEvent, timeline_problem
@@ -422,12 +421,8 @@ class Scenario(StrictModel):
         pop, data = self.population, self.dataset
         data_bytes = synthetic_bytes(max(data.synthetic_samples, SYNTHETIC_MIN_PER_CLIENT * pop.num_clients),
                                      data.synthetic_features) if data.name == "synthetic" else 0
-        model = pop.availability
-        kind = ("always" if isinstance(model, (AlwaysAvailable, PeriodicMissing))
-                else "arrays" if isinstance(model, DiurnalAvailability) and model.phases == "population"
-                else "objects")
         problem = memory_problem(pop.num_clients, data_bytes, "dataset.synthetic_samples",
-                                 ray=self.runtime.backend == "ray", availability=kind,
+                                 ray=self.runtime.backend == "ray", availability=pop.availability.memory_kind(),
                                  selector=not self.selection.is_uniform)
         if problem:
             raise ValueError(problem)

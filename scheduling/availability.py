@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -227,7 +227,7 @@ class DiurnalClients:
             return Never()
         return Diurnal(self.period_s, self.on_fraction, float(self.phases[client]))
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Availability]:
         return (self[c] for c in range(len(self)))
 
     def without(self, infeasible: np.ndarray) -> "DiurnalClients":

@@ -57,12 +57,25 @@ class AvailabilityModel(StrictModel):
         ``numpy_rng(seed, Stream.AVAILABILITY, client)``, trace files through ``traces``."""
         raise NotImplementedError(f"{type(self).__name__}.build")
 
+    def build_population(self, seed: int, num_clients: int) -> DiurnalClients | None:
+        """Every client's model at once as flat arrays, for models that can (None: build each
+        client's with :meth:`build`)."""
+        return None
+
+    def memory_kind(self) -> str:
+        """How its clients are kept, for the memory estimate (:mod:`fedclock.scenarios.memory_estimate`):
+        ``always`` (no per-client state), ``arrays`` or ``objects`` (one model object a client)."""
+        return "objects"
+
 
 class AlwaysAvailable(AvailabilityModel):
     type: Literal["always"] = "always"
 
     def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
         return Always()
+
+    def memory_kind(self) -> str:
+        return "always"
 
 
 class PeriodicMissing(AvailabilityModel):
@@ -74,6 +87,9 @@ class PeriodicMissing(AvailabilityModel):
 
     def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
         return Periodic(self.period, self.offset)
+
+    def memory_kind(self) -> str:
+        return "always"  # one shared-by-class model, indexed without per-client objects
 
 
 class MarkovOnOff(AvailabilityModel):
@@ -122,9 +138,14 @@ class DiurnalAvailability(AvailabilityModel):
         default="client", description="draw each client's phase from its own stream (client) or every phase "
         "at once from the population's (population: flat arrays, for millions of clients)")
 
-    def build_population(self, seed: int, num_clients: int) -> DiurnalClients:
-        """Every client's model at once (``phases: population``): phases drawn by one call of
-        ``numpy_rng(seed, Stream.AVAILABILITY)`` (or all ``phase_s``)."""
+    def memory_kind(self) -> str:
+        return "arrays" if self.phases == "population" else "objects"
+
+    def build_population(self, seed: int, num_clients: int) -> DiurnalClients | None:
+        """Every client's model at once with ``phases: population`` (None otherwise): phases
+        drawn by one call of ``numpy_rng(seed, Stream.AVAILABILITY)`` (or all ``phase_s``)."""
+        if self.phases != "population":
+            return None
         phases = np.full(num_clients, self.phase_s) if self.phase_s is not None else \
             numpy_rng(seed, Stream.AVAILABILITY).uniform(0.0, self.period_s, num_clients)
         return DiurnalClients(self.period_s, self.on_fraction, phases)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, MutableSequence, Sequence
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class Fenwick:
             if parent <= n:
                 tree[parent] += tree[i]
         self.n = n
-        self.tree = tree
+        self.tree: MutableSequence[int] = tree
         self.total = sum(marks)
         self.top = 1 << (n.bit_length() - 1) if n else 0
         """Largest power of two <= n: where the k-th search starts."""

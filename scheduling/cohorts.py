@@ -11,7 +11,7 @@ and tells it what happened to each pick (the history's counters).
 """
 from __future__ import annotations
 
-from typing import Collection, Protocol, Sequence
+from typing import Collection, Protocol, Sequence, cast
 
 import numpy as np
 
@@ -50,7 +50,8 @@ class Cohorts:
         peak training memory). An infeasible client is never idle and available, so no
         protocol or selector ever dispatches it; selectors may read this array."""
         if not self.feasible.all():
-            availability = availability.without(~self.feasible) if isinstance(availability, DiurnalClients) else \
+            availability = cast(Sequence[Availability], availability.without(~self.feasible)) \
+                if isinstance(availability, DiurnalClients) else \
                 [model if ok else NEVER for model, ok in zip(availability, self.feasible.tolist())]
         self.availability = availability
         self.busy = busy

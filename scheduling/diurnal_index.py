@@ -21,6 +21,7 @@ order, counted and ranked by a Fenwick tree), found differently:
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import numpy as np
 
@@ -136,7 +137,7 @@ class DiurnalIndex:
         """The candidate of the given rank (0-based) in client-id order."""
         return self._tree.select(rank)
 
-    def at_many(self, ranks) -> list[int]:  # type: ignore[no-untyped-def]
+    def at_many(self, ranks: Iterable[int]) -> list[int]:
         """:meth:`at` for each rank."""
         select = self._tree.select
         return [select(int(r)) for r in ranks]

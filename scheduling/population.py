@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal, Sequence
+from typing import Annotated, Literal, Sequence, cast
 
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.availability import Always, Availability
 from fedclock.scheduling.availability_config import (AlwaysAvailable, AvailabilityConfig, AvailabilityModel,
-                                                     DiurnalAvailability, TraceAvailability, TraceFiles, TracePath)
+                                                     TraceAvailability, TraceFiles, TracePath)
 from fedclock.scheduling.completeness_connectivity import CompletenessConfig, ConnectivityConfig, FullWork, Reliable
 from fedclock.scheduling.device_library import DEVICE_CLASSES, mix_counts
 from fedclock.scheduling.distributions import DeviceDistributions
@@ -121,12 +121,9 @@ def population_availability(population: PopulationConfig, seed: int) -> Sequence
             for cid in group.ids:
                 per_client[cid] = group.availability
     default = population.availability
-    if isinstance(default, DiurnalAvailability) and default.phases == "population":
-        whole = default.build_population(seed, population.num_clients)
-        if not per_client:
-            return whole
-    else:
-        whole = None
+    whole = default.build_population(seed, population.num_clients)
+    if whole is not None and not per_client:
+        return cast(Sequence[Availability], whole)  # a sequence of models, kept as arrays
     shared_always = Always()
     traces = TraceFiles()
     out: list[Availability] = []

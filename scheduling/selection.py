@@ -100,7 +100,7 @@ def _written_zeros(n: int, dtype: type = np.float64) -> np.ndarray:
     first write to each page (a pick or arrival of a client never seen, every round) faulted
     one in: about 0.2 ms a call at 3 million clients against 3 µs once written
     (``benchmarks/RESULTS.md``, "Ten million clients")."""
-    out = np.empty(n, dtype=dtype)
+    out: np.ndarray = np.empty(n, dtype=dtype)
     out.fill(0)
     return out
 

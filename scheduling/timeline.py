@@ -164,7 +164,7 @@ class Timeline:
         gates = retires or any(ev.gates for ev in self.events)
         # without offline/online/join events the models are used as they are (no per-client wrapper)
         self.availability: Sequence[Any] = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)] \
-            if gates else availability  # type: ignore[assignment]
+            if gates else availability
         self.groups: list[np.ndarray | None] = []
         for index, ev in enumerate(self.events):
             group = getattr(ev, "clients", None)
