@@ -195,8 +195,7 @@ class Runtime:
         executors = self._executors(cfg, count)
         t = self.transport
         fed_h, alg_h = self._federation.handle(federation), t.put(algorithm)
-        if self.backend == "ray":
-            share_stored(federation, t.get(fed_h))
+        federation.read_from(t.get(fed_h))  # on Ray the object store's copy, mapped (inline: itself)
         setup = (fed_h, alg_h, seed, cfg.device, cfg.vectorize, cfg.task_wall_timeout_s)
         unique = list({id(e): e for e in executors}.values())
         for e, handle in [(e, t.call(e, "setup", *setup)) for e in unique]:
@@ -249,14 +248,3 @@ class Runtime:
         if self._ray is not None:
             self._ray.close()
             self._ray = None
-
-
-
-def share_stored(federation: Federation, stored: Federation) -> None:
-    """Make the driver's ``federation`` read its samples and index arrays from ``stored``, the
-    object store's copy (mapped without copying, :meth:`Federation.__getstate__`), so the driver
-    keeps no second copy of the data beside the store's once its own arrays are let go (at ten
-    million clients 1.1 GiB of samples and 0.4 GiB of indices: ``benchmarks/RESULTS.md``, "Ten
-    million clients"). The values are the same; the arrays are read-only, and nothing writes them."""
-    for name in ("x", "y", "x_test", "y_test", "client_train", "client_test"):
-        setattr(federation, name, getattr(stored, name))
