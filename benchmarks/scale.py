@@ -170,7 +170,7 @@ def population_only(clients: int, rounds: int, cohort: int | None, availability:
 
 
 def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | None, features: int,
-        availability: str = "always", selection: str = "uniform") -> None:
+        availability: str = "always", selection: str = "uniform", memory_phases: bool = False) -> None:
     """Run one population size here and print its figures."""
     from fedclock.actors.runtime import Runtime
     from fedclock.scenarios.experiment import run_scenario
@@ -181,6 +181,8 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     at_peak: dict[str, int] = {}  # the PSS by role when the PSS peaked
     stop = threading.Event()
 
+    phases = _DriverPhases(threading.get_ident()) if memory_phases else None
+
     def watch() -> None:
         while not stop.is_set():
             peak[0] = max(peak[0], tree_rss(os.getpid()))
@@ -189,7 +191,9 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
                 peak[1] = sum(by_role.values())
                 at_peak.clear()
                 at_peak.update(by_role)
-            time.sleep(0.1)
+            if phases is not None:
+                phases.sample(by_role["driver"])
+            time.sleep(0.1 if phases is None else 0.02)
 
     def scenario(n_rounds: int):
         return parse_suite(_scenario_dict(clients, n_rounds, backend, samples, cohort, features, availability,
@@ -212,19 +216,31 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     Clock.evaluate, Clock.aggregate = evaluated, aggregated  # type: ignore[method-assign]
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
+    if phases is not None:  # the run's own steps as phases too
+        import fedclock.scenarios.experiment as experiment
+        phases.after(Runtime, "session", "session (the data put)")
+        phases.after(experiment, "_run_clock", "clock run")
+        phases.after(experiment, "run_analysis", "analysis")
+        phases.after(experiment, "_client_table", "client table")
+        from fedclock.scenarios.results import ResultsWriter
+        phases.after(ResultsWriter, "close", "writer closed")
     runtime = Runtime(backend)
     first = scenario(1)
+    _phase(phases, "imports")
     built = time.perf_counter()
     federation = build_federation(first.dataset, clients, first.seed)  # built once, shared by both runs
     built = time.perf_counter() - built
+    _phase(phases, "data built")
     data = sum(t.element_size() * t.nelement() for t in (federation.x, federation.y, federation.x_test,
                                                           federation.y_test))
     with tempfile.TemporaryDirectory() as tmp:
         run_scenario(first, runtime, Path(tmp) / "warmup", federation=federation)
+        _phase(phases, "warm-up run")
         start = time.perf_counter()
         stamps.clear()
         run_scenario(scenario(rounds), runtime, Path(tmp) / "run", federation=federation)
         wall = time.perf_counter() - start
+        _phase(phases, "measured run")
     import numpy as np
     setup = stamps[0] - start if stamps else float("nan")
     steps = np.diff(np.asarray(stamps))
@@ -239,6 +255,67 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
           f"s_per_round={wall / rounds:.3f} peak_rss_MiB={peak[0] / 2**20:.0f} peak_pss_MiB={peak[1] / 2**20:.0f} "
           f"data_MiB={data / 2**20:.0f} cpu_s={cpu:.1f} "
           f"peak_pss_by_role_MiB={','.join(f'{k}:{v / 2**20:.0f}' for k, v in at_peak.items())}", flush=True)
+    if phases is not None:
+        phases.report()
+
+
+def _phase(phases: "_DriverPhases | None", name: str) -> None:
+    if phases is not None:
+        phases.end(name)
+
+
+class _DriverPhases:
+    """``--memory-phases``: the driver's own PSS (this process, ``/proc/self/smaps_rollup``)
+    at each phase boundary of :func:`one` and its peak within each phase, with the driver's
+    call stack (its innermost fedclock frames) at that peak: where the driver's memory peaks."""
+
+    def __init__(self, main_thread: int) -> None:
+        self.main = main_thread
+        self.peak, self.where = 0, ""
+        self.rows: list[tuple[str, int, int, str]] = []  # phase, PSS at its end, its peak, where
+
+    def sample(self, pss: int) -> None:
+        if pss > self.peak:
+            self.peak, self.where = pss, self._stack()
+        self.now = pss
+
+    def _stack(self) -> str:
+        import traceback
+        frame = sys._current_frames().get(self.main)
+        if frame is None:
+            return "?"
+        ours = [f for f in traceback.extract_stack(frame) if "fedclock" in f.filename or "wt-" in f.filename
+                or "/actors/" in f.filename or "/scenarios/" in f.filename or "/scheduling/" in f.filename]
+        return " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(ours[-5:]))
+
+    def end(self, name: str) -> None:
+        from proctree import tree_pss_by_role
+        time.sleep(0.05)
+        now = tree_pss_by_role(os.getpid())["driver"]
+        if os.environ.get("SCALE_TRIM"):
+            import ctypes
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            time.sleep(0.05)
+            trimmed = tree_pss_by_role(os.getpid())["driver"]
+            name += f" (trimmed {trimmed / 2**20:.0f})"
+        self.rows.append((name, now, max(self.peak, now), self.where))
+        self.peak, self.where = 0, ""
+
+    def after(self, owner: object, name: str, label: str) -> None:
+        """End a phase called ``label`` each time ``owner.name`` returns."""
+        inner = getattr(owner, name)
+
+        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+            out = inner(*args, **kwargs)
+            self.end(label)
+            return out
+
+        setattr(owner, name, wrapped)
+
+    def report(self) -> None:
+        for name, now, top, where in self.rows:
+            print(f"memory_phase={name!r} driver_pss_end_MiB={now / 2**20:.0f} driver_pss_peak_MiB={top / 2**20:.0f} "
+                  f"at={where}", flush=True)
 
 
 def main() -> None:
@@ -260,6 +337,8 @@ def main() -> None:
                         "with the clients)")
     parser.add_argument("--population-only", action="store_true",
                         help="no training and no data: the clock, availability and selection alone")
+    parser.add_argument("--memory-phases", action="store_true",
+                        help="print the driver's PSS at each phase's end, its peak in each and the call stack there")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     DATA_OPTIONS.update(blocks=args.blocks, natural=args.natural, client_test_fraction=args.client_test_fraction,
@@ -269,7 +348,7 @@ def main() -> None:
         return
     if args.one:
         one(args.clients[0], args.rounds, args.backend, args.samples, args.cohort, args.features, args.availability,
-            args.selection)
+            args.selection, args.memory_phases)
         return
     lines: list[str] = []
     base: tuple[int, float, float] | None = None  # (clients, peak RSS and PSS less data) of the smallest size
@@ -279,11 +358,15 @@ def main() -> None:
         extra += ["--population-only"] if args.population_only else []
         extra += ["--client-test-fraction", str(args.client_test_fraction), "--eval-every", str(args.eval_every)]
         extra += (["--blocks"] if args.blocks else []) + (["--natural"] if args.natural else [])
+        extra += ["--memory-phases"] if args.memory_phases else []
         out = subprocess.run([sys.executable, __file__, "--one", "--clients", str(n), "--rounds", str(args.rounds),
                               "--backend", args.backend, "--samples", str(args.samples),
                               "--features", str(args.features), *extra],
                              capture_output=True, text=True, check=False)
         found = [ln for ln in out.stdout.splitlines() if ln.startswith("clients=")]
+        for ln in out.stdout.splitlines():
+            if ln.startswith("memory_phase="):
+                print(f"clients={n} {ln}", flush=True)
         line = found[-1] if found else f"clients={n} failed:\n{out.stderr[-3000:]}"
         if found:
             fields = dict(f.split("=") for f in line.split())
