@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal, Sequence, cast
+from typing import Annotated, Callable, Literal, Sequence, cast
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.availability import Always, Availability
@@ -107,6 +108,19 @@ def client_classes(population: PopulationConfig) -> list[str]:
     for name, count in zip(names, counts):
         out += [name] * count
     return out + ["custom"] * (population.num_clients - len(out))
+
+
+def client_class_rows(population: PopulationConfig) -> Callable[[int, int], list[str]]:
+    """The device classes of clients ``start`` to ``stop`` (:func:`client_classes`'s values)
+    a block at a time, without the list of every client's (8 bytes a client)."""
+    names = list(population.device_mix)
+    labels = names + ["custom"]
+    ends = np.cumsum(mix_counts([population.device_mix[k] for k in names], population.num_clients), dtype=np.int64)
+
+    def rows(start: int, stop: int) -> list[str]:
+        return [labels[i] for i in np.searchsorted(ends, np.arange(start, stop), side="right")]
+
+    return rows
 
 
 def population_availability(population: PopulationConfig, seed: int) -> Sequence[Availability]:
