@@ -27,6 +27,11 @@ before, in ``federation_s``), ``steady_s_per_round`` the median time between two
 ``--client-test-fraction 0`` holds nothing out of the clients (global evaluation only), and
 ``--eval-every N`` evaluates the global test set (which grows with the clients) every N rounds.
 
+``--memory-phases`` prints, for the driver alone, its PSS at the end of each step of :func:`one`
+(imports, data built, ``Runtime.session``: the put, the clock's run, the analysis, the client table,
+the writer's close), its peak within each step and its Python stack at that peak (sampled every
+20 ms): where the driver's memory peaks.
+
 ``--population-only`` runs no training and builds no data: the run's clock over the scenario's
 population (its devices, availability and selector) with a backend whose tasks cost nothing
 and report a loss, so the scheduling layer's own cost is read apart from PyTorch's.
