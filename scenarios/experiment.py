@@ -122,7 +122,7 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
 def describe_availability(scenario: Scenario) -> RowsColumn:
     """A short text per client naming its availability model, a block of clients at a time
     (the population's own type, or its group's: the last group naming a client wins)."""
-    default = scenario.population.availability.type
+    default: str = scenario.population.availability.type
     named: dict[int, str] = {}
     for group in scenario.population.clients:
         if group.availability is not None:
@@ -132,7 +132,7 @@ def describe_availability(scenario: Scenario) -> RowsColumn:
     ids = np.fromiter(sorted(named), dtype=np.int64, count=len(named))
 
     def rows(start: int, stop: int) -> list[str]:
-        labels = [default] * (stop - start)
+        labels: list[str] = [default] * (stop - start)
         for cid in ids[np.searchsorted(ids, start):np.searchsorted(ids, stop)]:
             labels[int(cid) - start] = named[int(cid)]
         return labels
@@ -489,7 +489,7 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
     events = ClientEvents(client, n)
 
     def as_int(column: RowsColumn) -> RowsColumn:
-        return RowsColumn(n, lambda start, stop: column[start:stop].astype(np.int64))
+        return RowsColumn(n, lambda start, stop: np.asarray(column[start:stop]).astype(np.int64))
 
     none = RowsColumn(n, lambda start, stop: [None] * (stop - start))
     # the per-client counts, ids and labels are computed a block of clients at a time as the table is written
