@@ -109,6 +109,15 @@ class Federation:
         self.client_train = ClientIndex.of(self.client_train)
         self.client_test = ClientIndex.of(self.client_test)
 
+    def read_from(self, stored: "Federation") -> None:
+        """Read the samples and index arrays from ``stored``, the object store's copy of this
+        federation (mapped without copying, :meth:`__getstate__`): the driver keeps no second copy
+        beside the store's once its own arrays are let go (at ten million clients 1.1 GiB of
+        samples and 0.4 GiB of indices: ``benchmarks/RESULTS.md``, "Ten million clients"). The
+        values are the same; the arrays are read-only, and nothing writes them."""
+        for name in ("x", "y", "x_test", "y_test", "client_train", "client_test"):
+            setattr(self, name, getattr(stored, name))
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with its sample tensors as NumPy arrays (those NumPy can hold: CPU, contiguous).
         Ray's object store hands a NumPy array to every process that gets the federation without

@@ -195,6 +195,7 @@ class Runtime:
         executors = self._executors(cfg, count)
         t = self.transport
         fed_h, alg_h = self._federation.handle(federation), t.put(algorithm)
+        federation.read_from(t.get(fed_h))  # on Ray the object store's copy, mapped (inline: itself)
         setup = (fed_h, alg_h, seed, cfg.device, cfg.vectorize, cfg.task_wall_timeout_s)
         unique = list({id(e): e for e in executors}.values())
         for e, handle in [(e, t.call(e, "setup", *setup)) for e in unique]:
@@ -247,4 +248,3 @@ class Runtime:
         if self._ray is not None:
             self._ray.close()
             self._ray = None
-

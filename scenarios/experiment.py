@@ -29,6 +29,7 @@ from fedclock.scenarios import startup_profile
 from fedclock.scenarios.run_costs import CountedCosts, FollowedServer
 from fedclock.scenarios.analysis import CKAAtVersions, run_analysis
 from fedclock.scenarios.data.federation import Federation, build_federation
+from fedclock.scenarios.free_memory import return_free_memory
 from fedclock.scenarios.privacy_accounting import RETIRE_REASON, choose_accounting, feasible_accounting, \
     upload_limits
 from fedclock.scenarios.diagnostics import has_diagnostics, write_diagnostics
@@ -44,7 +45,7 @@ from fedclock.scenarios.selection_config import build_selector
 from fedclock.scenarios.schema import Scenario
 from fedclock.scheduling.modes import AsyncMode
 from fedclock.scheduling.clock import APPLIED, CANCELLED, DROPPED, LOST, TIMED_OUT, Backend, Clock, TaskCosts
-from fedclock.scheduling.population import PopulationConfig, client_classes, population_availability
+from fedclock.scheduling.population import PopulationConfig, client_class_rows, population_availability
 from fedclock.scheduling.devices import Devices, task_timing
 from fedclock.scheduling.heterogeneity import TimeoutTooShort, WorkAndLinks
 from fedclock.scheduling.timeline import Timeline, client_tags
@@ -118,16 +119,25 @@ def make_algorithm(scenario: Scenario, federation: Federation) -> Algorithm:
                         choose_accounting(scenario))
 
 
-def describe_availability(scenario: Scenario) -> list[str]:
-    """A short text per client naming its availability model."""
-    labels: list[str] = [scenario.population.availability.type] * scenario.population.num_clients
+def describe_availability(scenario: Scenario) -> RowsColumn:
+    """A short text per client naming its availability model, a block of clients at a time
+    (the population's own type, or its group's: the last group naming a client wins)."""
+    default: str = scenario.population.availability.type
+    named: dict[int, str] = {}
     for group in scenario.population.clients:
         if group.availability is not None:
             a = group.availability
             text = f"periodic_missing(period={a.period})" if a.type == "periodic_missing" else a.type
-            for cid in group.ids:
-                labels[cid] = text
-    return labels
+            named.update((int(cid), text) for cid in group.ids)
+    ids = np.fromiter(sorted(named), dtype=np.int64, count=len(named))
+
+    def rows(start: int, stop: int) -> list[str]:
+        labels: list[str] = [default] * (stop - start)
+        for cid in ids[np.searchsorted(ids, start):np.searchsorted(ids, stop)]:
+            labels[int(cid) - start] = named[int(cid)]
+        return labels
+
+    return RowsColumn(scenario.population.num_clients, rows)
 
 
 MAX_SERVER_RESTARTS = 3
@@ -395,6 +405,8 @@ def _run_clock(scenario: Scenario, runtime: Runtime, out_dir: Path,
                   disclose=scenario.selection.disclose, feasible=feasible,
                   server_seconds=server_seconds, upload_kind=None if server_seconds is None else followed.upload_kind,
                   upload_limit=limits, limit_reason=RETIRE_REASON)
+    if scenario.population.num_clients >= COLLECT_AFTER_CLIENTS:  # the set-up's freed temporaries, before the rounds
+        return_free_memory()
     reason = clock.run()
     if replay is not None:
         replay.finished()
@@ -458,11 +470,12 @@ def _work_and_links(scenario: Scenario, federation: Federation, devices: Devices
     return wl
 
 
-def _tags_column(population: PopulationConfig) -> list[list[str]]:
+def _tags_column(population: PopulationConfig) -> list[list[str]] | RowsColumn:
     """Each client's sorted tags; without any tagged group, one shared empty list for every
-    client (not a set and a list per client: ~270 bytes each at a million clients)."""
+    client a block at a time (not a set and a list per client: ~270 bytes each at a million
+    clients; nor a list of every client's: 8 bytes each)."""
     if not any(group.tags for group in population.clients):
-        return [[]] * population.num_clients
+        return RowsColumn(population.num_clients, lambda start, stop: [[]] * (stop - start))
     return [sorted(t) for t in client_tags(population)]
 
 
@@ -476,16 +489,18 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
     events = ClientEvents(client, n)
 
     def as_int(column: RowsColumn) -> RowsColumn:
-        return RowsColumn(n, lambda start, stop: column[start:stop].astype(np.int64))
+        return RowsColumn(n, lambda start, stop: np.asarray(column[start:stop]).astype(np.int64))
 
-    # the per-client counts and ids are computed a block of clients at a time as the table is written
+    none = RowsColumn(n, lambda start, stop: [None] * (stop - start))
+    # the per-client counts, ids and labels are computed a block of clients at a time as the table is written
+    # (a list of every client's label costs 8 bytes a client: ~50 MiB a column at 10^7 clients)
     return {
         "client": RowsColumn(n, lambda start, stop: np.arange(start, stop)),
         "num_train": RowsColumn(n, lambda start, stop: np.diff(train[start:stop + 1])),
         "num_test": RowsColumn(n, lambda start, stop: np.diff(test[start:stop + 1])),
         "compute": devices.compute, "down_mbps": devices.down_mbps, "up_mbps": devices.up_mbps,
         "latency_s": devices.latency_s, "availability": describe_availability(scenario),
-        "device_class": client_classes(scenario.population),
+        "device_class": RowsColumn(n, client_class_rows(scenario.population)),
         "tags": _tags_column(scenario.population),
         "tasks": events.counts(), "tasks_applied": events.counts(status == APPLIED),
         "tasks_dropped": events.counts(status == DROPPED),
@@ -495,5 +510,5 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "tasks_lost": events.counts(status == LOST), "tasks_timed_out": events.counts(status == TIMED_OUT),
         "tasks_cancelled": events.counts(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,
-        "dp_releases": [None] * n, "dp_epsilon": [None] * n, "retired_at": np.full(n, np.nan),
+        "dp_releases": none, "dp_epsilon": none, "retired_at": np.full(n, np.nan),
     }

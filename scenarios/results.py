@@ -105,14 +105,14 @@ class RowsColumn:
     table is written (``column[start:stop]`` is ``rows(start, stop)``): a per-client column of
     ``clients.parquet`` then never exists whole, in NumPy or in Arrow."""
 
-    def __init__(self, length: int, rows: Callable[[int, int], np.ndarray]) -> None:
+    def __init__(self, length: int, rows: Callable[[int, int], np.ndarray | list[Any]]) -> None:
         self.length = length
         self.rows = rows
 
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, block: slice) -> np.ndarray:
+    def __getitem__(self, block: slice) -> np.ndarray | list[Any]:
         start, stop, step = block.indices(self.length)
         if step != 1:
             raise ValueError("a RowsColumn is read in blocks of consecutive rows")

@@ -30,11 +30,12 @@ from fedclock.scheduling.lateness import check_clients, late_map
 from fedclock.scheduling.selection import SelectionConfig
 from fedclock.scheduling.server_device import ServerDevice
 from fedclock.scheduling.population import PopulationConfig
+from fedclock.scenarios.memory_estimate import SYNTHETIC_MIN_PER_CLIENT, machine_memory, memory_problem, synthetic_bytes
 from fedclock.scheduling.timeline_events import TimelineEvent, timeline_problem
 
 __all__ = [
-    "ServerOptimizerSection", "FileFormat", "GeneratedFiles", "MAX_WIDTH", "MAX_LAYERS", "MAX_SYNTHETIC_SAMPLES",
-    "MAX_SYNTHETIC_FEATURES", "MAX_SYNTHETIC_VALUES", "DatasetName", "DomainsConfig", "DatasetConfig", "ModelConfig",
+    "ServerOptimizerSection", "FileFormat", "GeneratedFiles", "MAX_WIDTH", "MAX_LAYERS",
+    "MAX_SYNTHETIC_FEATURES", "DatasetName", "DomainsConfig", "DatasetConfig", "ModelConfig",
     "LinearEvalConfig", "EvaluationConfig", "OutputConfig", "CKAAnalysis", "AlgorithmConfig", "evaluation_problem",
     "Scenario", "ShippedModel",
 ]
@@ -47,12 +48,10 @@ MAX_WIDTH = 16_384
 """Each entry of model.hidden (a 16,384 x 16,384 layer is already 1 GiB of float32)."""
 MAX_LAYERS = 16
 """Entries of model.hidden."""
-MAX_SYNTHETIC_SAMPLES = 10_000_000
-"""dataset.synthetic_samples."""
 MAX_SYNTHETIC_FEATURES = 100_000
 """dataset.synthetic_features and dataset.synthetic_classes."""
-MAX_SYNTHETIC_VALUES = 200_000_000
-"""dataset.synthetic_samples x synthetic_features (1.6 GB as generated float64)."""
+# The number of clients and of synthetic samples has no such bound: a scenario is refused only when
+# its estimated memory exceeds the machine's (scenarios/memory_estimate.py, Scenario._fits_in_memory).
 
 
 # --------------------------------------------------------------------------- data
@@ -120,7 +119,11 @@ class DatasetConfig(StrictModel):
     synthetic_beta: NonNegativeFloat = 1.0
     synthetic_features: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_FEATURES)] = 60
     synthetic_classes: Annotated[int, Field(ge=2, le=MAX_SYNTHETIC_FEATURES)] = 10
-    synthetic_samples: Annotated[int, Field(ge=10, le=MAX_SYNTHETIC_SAMPLES)] = 20000
+    synthetic_samples: Annotated[int, Field(ge=10)] = 20000
+    synthetic_draws: Literal["client", "blocks"] = Field(
+        default="client", description="synthetic: draw each client's model and samples one client per call "
+        "(client) or many clients per call (blocks: other draws of the same model, about 100x faster at "
+        "millions of clients)")
     mnist1d_samples: Annotated[int, Field(ge=20, le=200_000)] = Field(
         default=10_000, description="mnist1d: samples generated (global_test_fraction of them form the test set)")
     max_train_samples: Annotated[int, Field(ge=1)] | None = Field(
@@ -191,10 +194,13 @@ class DatasetConfig(StrictModel):
                              f"(allowed with: {', '.join(NATURAL_SPLIT)}, or client files: dataset.format)")
         if self.name == "synthetic" and self.image_size is not None:
             raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
-        if self.name == "synthetic" and self.synthetic_samples * self.synthetic_features > MAX_SYNTHETIC_VALUES:
-            raise ValueError(f"synthetic_samples: {self.synthetic_samples} samples x "
-                             f"{self.synthetic_features} features is more than {MAX_SYNTHETIC_VALUES:,} values; "
-                             f"lower synthetic_samples or synthetic_features")
+        if self.name == "synthetic":
+            need = synthetic_bytes(self.synthetic_samples, self.synthetic_features)
+            if need > machine_memory():
+                raise ValueError(f"synthetic_samples: {self.synthetic_samples:,} samples x {self.synthetic_features} "
+                                 f"features need about {need / 2**30:,.1f} GiB (estimated before allocating), more "
+                                 f"than this machine's {machine_memory() / 2**30:,.1f} GiB of memory; lower "
+                                 f"synthetic_samples or synthetic_features")
         if self.pool == "all" and self.name not in POOLABLE:
             why = "multi-domain sources keep each domain's own test set" if self.name in MULTI_DOMAIN \
                 else f"{self.name} has no official train/test split"
@@ -407,6 +413,19 @@ class Scenario(StrictModel):
         if self.runtime.placement == "dedicated" and self.runtime.num_actors not in (None, self.population.num_clients):
             raise ValueError(f"runtime.num_actors: dedicated placement gives one actor per client "
                              f"({self.population.num_clients}); leave it unset or use placement 'pooled'")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_in_memory(self) -> "Scenario":
+        """The estimated peak memory (:mod:`fedclock.scenarios.memory_estimate`) fits this machine."""
+        pop, data = self.population, self.dataset
+        data_bytes = synthetic_bytes(max(data.synthetic_samples, SYNTHETIC_MIN_PER_CLIENT * pop.num_clients),
+                                     data.synthetic_features) if data.name == "synthetic" else 0
+        problem = memory_problem(pop.num_clients, data_bytes, "dataset.synthetic_samples",
+                                 ray=self.runtime.backend == "ray", availability=pop.availability.memory_kind(),
+                                 selector=not self.selection.is_uniform)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -198,3 +198,58 @@ class RepeatingTrace:
         if self.intervals == [(0.0, self.period)]:
             return True, math.inf
         return self._replay(now).state(now)
+
+
+class DiurnalClients:
+    """Every client on one daily cycle (:class:`Diurnal`), their phases held in one array: the
+    population's model of ``availability: {type: diurnal, phases: population}``. It is a
+    sequence of the clients' models (``clients[c]`` is client c's :class:`Diurnal`, made on
+    demand, or :class:`Never` for a client :meth:`without` removed), so code that asks one
+    client at a time keeps working; the clock's index reads the arrays instead
+    (:mod:`fedclock.scheduling.diurnal_index`), which costs about 40 bytes a client instead of
+    a Python object each."""
+
+    def __init__(self, period_s: float, on_fraction: float, phases: np.ndarray,
+                 never: np.ndarray | None = None) -> None:
+        self.period_s = float(period_s)
+        self.on_fraction = float(on_fraction)
+        self.on_s = on_fraction * period_s
+        self.phases = np.mod(np.asarray(phases, dtype=np.float64), self.period_s)
+        """Each client's phase in [0, period_s) (as :class:`Diurnal` keeps it)."""
+        self.never = never
+        """Clients never available (infeasible ones), or None."""
+
+    def __len__(self) -> int:
+        return len(self.phases)
+
+    def __getitem__(self, client: int) -> Availability:
+        if self.never is not None and self.never[client]:
+            return Never()
+        return Diurnal(self.period_s, self.on_fraction, float(self.phases[client]))
+
+    def __iter__(self) -> Iterator[Availability]:
+        return (self[c] for c in range(len(self)))
+
+    def without(self, infeasible: np.ndarray) -> "DiurnalClients":
+        """The same clients with those marked in ``infeasible`` never available."""
+        never = infeasible if self.never is None else (self.never | infeasible)
+        return DiurnalClients(self.period_s, self.on_fraction, self.phases, never)
+
+    def state(self, clients: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(available, next change)`` of these clients at ``now``, as :meth:`Diurnal.state`
+        computes them one by one (the same floating-point operations, so the same answers)."""
+        phase = self.phases[clients]
+        if self.on_s >= self.period_s:
+            return np.ones(len(phase), dtype=bool), np.full(len(phase), math.inf)
+        k = np.floor((now - phase) / self.period_s)
+        for _ in range(2):
+            k = np.where(phase + k * self.period_s > now, k - 1, k)
+            k = np.where(phase + (k + 1) * self.period_s <= now, k + 1, k)
+        start = phase + k * self.period_s
+        on = now < start + self.on_s
+        nxt = np.where(on, start + self.on_s, phase + (k + 1) * self.period_s)
+        if self.never is not None:
+            never = self.never[clients]
+            on &= ~never
+            nxt = np.where(never, math.inf, nxt)
+        return on, nxt

@@ -13,8 +13,10 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, Field, ValidationInfo
 
-from fedclock.scheduling.availability import (Always, Availability, Diurnal, Markov, Periodic, RepeatingTrace,
-                                              TraceReplay)
+import numpy as np
+
+from fedclock.scheduling.availability import (Always, Availability, Diurnal, DiurnalClients, Markov, Periodic,
+                                              RepeatingTrace, TraceReplay)
 from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.rng import Stream, numpy_rng
@@ -55,12 +57,25 @@ class AvailabilityModel(StrictModel):
         ``numpy_rng(seed, Stream.AVAILABILITY, client)``, trace files through ``traces``."""
         raise NotImplementedError(f"{type(self).__name__}.build")
 
+    def build_population(self, seed: int, num_clients: int) -> DiurnalClients | None:
+        """Every client's model at once as flat arrays, for models that can (None: build each
+        client's with :meth:`build`)."""
+        return None
+
+    def memory_kind(self) -> str:
+        """How its clients are kept, for the memory estimate (:mod:`fedclock.scenarios.memory_estimate`):
+        ``always`` (no per-client state), ``arrays`` or ``objects`` (one model object a client)."""
+        return "objects"
+
 
 class AlwaysAvailable(AvailabilityModel):
     type: Literal["always"] = "always"
 
     def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
         return Always()
+
+    def memory_kind(self) -> str:
+        return "always"
 
 
 class PeriodicMissing(AvailabilityModel):
@@ -72,6 +87,9 @@ class PeriodicMissing(AvailabilityModel):
 
     def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
         return Periodic(self.period, self.offset)
+
+    def memory_kind(self) -> str:
+        return "always"  # one shared-by-class model, indexed without per-client objects
 
 
 class MarkovOnOff(AvailabilityModel):
@@ -106,12 +124,31 @@ TracePath = Annotated[Path, AfterValidator(_trace_path)]
 class DiurnalAvailability(AvailabilityModel):
     """Daily cycle in virtual time: online during ``on_fraction`` of every ``period_s``,
     from the client's phase on. Without ``phase_s`` each client draws its phase uniformly in
-    [0, period_s) (clients in different time zones)."""
+    [0, period_s) (clients in different time zones): from its own seeded stream
+    (``phases: client``, one generator per client, about 60 µs each) or all at once from the
+    population's stream (``phases: population``: other draws, one vectorized call; the clock then
+    keeps the population's availability in flat arrays,
+    :class:`~fedclock.scheduling.availability.DiurnalClients`, the way for millions of clients)."""
 
     type: Literal["diurnal"]
     period_s: PositiveFloat = 86400.0
     on_fraction: Fraction = 0.5
     phase_s: NonNegativeFloat | None = None
+    phases: Literal["client", "population"] = Field(
+        default="client", description="draw each client's phase from its own stream (client) or every phase "
+        "at once from the population's (population: flat arrays, for millions of clients)")
+
+    def memory_kind(self) -> str:
+        return "arrays" if self.phases == "population" else "objects"
+
+    def build_population(self, seed: int, num_clients: int) -> DiurnalClients | None:
+        """Every client's model at once with ``phases: population`` (None otherwise): phases
+        drawn by one call of ``numpy_rng(seed, Stream.AVAILABILITY)`` (or all ``phase_s``)."""
+        if self.phases != "population":
+            return None
+        phases = np.full(num_clients, self.phase_s) if self.phase_s is not None else \
+            numpy_rng(seed, Stream.AVAILABILITY).uniform(0.0, self.period_s, num_clients)
+        return DiurnalClients(self.period_s, self.on_fraction, phases)
 
     def build(self, seed: int, client: int, traces: TraceFiles) -> Availability:
         phase = self.phase_s if self.phase_s is not None else \

@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Iterable, Sequence
+from array import array
+from typing import Any, Iterable, MutableSequence, Sequence
+
+import numpy as np
 
 from fedclock.scheduling.availability import Always, Availability, Diurnal, Markov, Periodic, TraceReplay
 from fedclock.scheduling.timeline import ScriptedAvailability, Timeline
@@ -54,10 +57,29 @@ class Fenwick:
             if parent <= n:
                 tree[parent] += tree[i]
         self.n = n
-        self.tree = tree
+        self.tree: MutableSequence[int] = tree
         self.total = sum(marks)
         self.top = 1 << (n.bit_length() - 1) if n else 0
         """Largest power of two <= n: where the k-th search starts."""
+
+    @classmethod
+    def from_array(cls, marks: np.ndarray) -> "Fenwick":
+        """The tree of 0/1 ``marks`` built with NumPy (node i holds the marks in
+        (i - lowbit(i), i], a difference of two prefix sums) and kept in a flat
+        ``array('q')``: 8 bytes a position instead of a Python int each."""
+        n = len(marks)
+        prefix = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(marks, out=prefix[1:])
+        index = np.arange(n + 1, dtype=np.int64)
+        index -= index & -index
+        nodes = prefix - prefix[index]
+        del index
+        out = cls.__new__(cls)
+        out.n = n
+        out.tree = array("q", nodes.tobytes())
+        out.total = int(prefix[-1])
+        out.top = 1 << (n.bit_length() - 1) if n else 0
+        return out
 
     def add(self, position: int, delta: int) -> None:
         """Add ``delta`` (+1 or -1) at ``position``."""
@@ -228,6 +250,11 @@ class IdleAvailable:
     def at_many(self, ranks: Iterable[int]) -> list[int]:
         """:meth:`at` for each rank."""
         return [self.at(int(r)) for r in ranks]
+
+    def candidates_array(self) -> np.ndarray | None:
+        """Every candidate of the last count in client-id order, from the marks in one C pass
+        (None with Periodic classes, whose candidates depend on the round)."""
+        return None if self._periods else np.flatnonzero(np.frombuffer(self._mark, dtype=np.bool_))
 
     def next_change(self, now: float) -> float:
         """The earliest ``next_change(now)`` of all clients' models (timeline gates included)."""

@@ -7,6 +7,8 @@ every such question, found in one of three ways:
 * every client is always available: the candidates are the clients that are not busy, and
   :class:`~fedclock.scheduling.idle.BusyClients` finds them by rank (:class:`EveryIdleClient`);
 * availability models the index knows: :class:`~fedclock.scheduling.available_index.IdleAvailable`;
+* a :class:`~fedclock.scheduling.availability.DiurnalClients` population (phases as one array):
+  :class:`~fedclock.scheduling.diurnal_index.DiurnalIndex`, flat arrays and no object per client;
 * any other model: a scan of the population (:class:`ScannedIdleClients`).
 
 The three give the same candidates, so the seeded draws do not depend on the way.
@@ -16,8 +18,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Protocol, Sequence
 
-from fedclock.scheduling.availability import Always, Availability
+from fedclock.scheduling.availability import Always, Availability, DiurnalClients
 from fedclock.scheduling.available_index import build_index
+from fedclock.scheduling.diurnal_index import DiurnalIndex
 from fedclock.scheduling.idle import BusyClients
 
 
@@ -90,6 +93,10 @@ class ScannedIdleClients:
 
 def idle_clients(availability: Sequence[Availability], busy: BusyClients, now: float) -> IdleClients:
     """The finder for these availability models; the index, when it is used, watches ``busy``."""
+    if isinstance(availability, DiurnalClients):
+        diurnal = DiurnalIndex(availability, now)
+        busy.watcher = diurnal
+        return diurnal
     if all(type(model) is Always for model in availability):
         return EveryIdleClient(busy, len(availability))
     index = build_index(availability, now)

@@ -11,11 +11,11 @@ and tells it what happened to each pick (the history's counters).
 """
 from __future__ import annotations
 
-from typing import Collection, Protocol, Sequence
+from typing import Collection, Protocol, Sequence, cast
 
 import numpy as np
 
-from fedclock.scheduling.availability import Availability, Never
+from fedclock.scheduling.availability import Availability, DiurnalClients, Never
 from fedclock.scheduling.candidates import EveryIdleClient, idle_clients
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.rank_draws import RankDraws
@@ -50,7 +50,9 @@ class Cohorts:
         peak training memory). An infeasible client is never idle and available, so no
         protocol or selector ever dispatches it; selectors may read this array."""
         if not self.feasible.all():
-            availability = [model if ok else NEVER for model, ok in zip(availability, self.feasible.tolist())]
+            availability = cast(Sequence[Availability], availability.without(~self.feasible)) \
+                if isinstance(availability, DiurnalClients) else \
+                [model if ok else NEVER for model, ok in zip(availability, self.feasible.tolist())]
         self.availability = availability
         self.busy = busy
         self.ranks = RankDraws(numpy_rng(seed, Stream.COHORT))
@@ -122,6 +124,11 @@ class Cohorts:
             if self.busy:
                 mask[np.fromiter(self.busy.keys(), dtype=np.int64, count=len(self.busy))] = False
             return np.flatnonzero(mask)
+        whole = getattr(self.idle, "candidates_array", None)
+        if whole is not None:  # the index's marks, one C pass (not a lookup per candidate)
+            found = whole()
+            if found is not None:
+                return found
         return np.asarray(self.idle.at_many(range(idle)), dtype=np.int64)
 
     def view(self, round_index: int, now: float, version: int) -> SelectionView:

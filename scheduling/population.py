@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Callable, Literal, Sequence, cast
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from fedclock.scheduling.availability import Always, Availability
@@ -17,10 +18,6 @@ from fedclock.scheduling.distributions import DeviceDistributions
 from fedclock.scheduling.fedscale_traces import is_pickle
 from fedclock.scheduling.model_base import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.traces import recorded_compute_unit, trace_clients
-
-MAX_CLIENTS = 1_000_000
-"""population.num_clients."""
-
 
 Tag = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -41,7 +38,9 @@ class ClientOverride(StrictModel):
 
 
 class PopulationConfig(StrictModel):
-    num_clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS)] = 10
+    num_clients: Annotated[int, Field(ge=1)] = Field(
+        default=10, description="no bound but memory: a scenario whose estimated memory exceeds the machine's "
+        "is refused (fedclock.scenarios.memory_estimate)")
     devices: DeviceDistributions = Field(default_factory=DeviceDistributions)
     device_mix: dict[str, Fraction] = Field(
         default_factory=dict, description="device classes from the library by fraction of clients, in client-id "
@@ -111,19 +110,39 @@ def client_classes(population: PopulationConfig) -> list[str]:
     return out + ["custom"] * (population.num_clients - len(out))
 
 
-def population_availability(population: PopulationConfig, seed: int) -> list[Availability]:
+def client_class_rows(population: PopulationConfig) -> Callable[[int, int], list[str]]:
+    """The device classes of clients ``start`` to ``stop`` (:func:`client_classes`'s values)
+    a block at a time, without the list of every client's (8 bytes a client)."""
+    names = list(population.device_mix)
+    labels = names + ["custom"]
+    ends = np.cumsum(mix_counts([population.device_mix[k] for k in names], population.num_clients), dtype=np.int64)
+
+    def rows(start: int, stop: int) -> list[str]:
+        return [labels[i] for i in np.searchsorted(ends, np.arange(start, stop), side="right")]
+
+    return rows
+
+
+def population_availability(population: PopulationConfig, seed: int) -> Sequence[Availability]:
     """Availability of every client: the population default, overridden per client (a later
     group wins), each built by its config (:meth:`AvailabilityModel.build`); a trace file
-    shared by many clients is read once, and clients always available share one model."""
+    shared by many clients is read once, and clients always available share one model. A
+    diurnal default with ``phases: population`` and no override is one
+    :class:`~fedclock.scheduling.availability.DiurnalClients` (flat arrays, no object per client)."""
     per_client: dict[int, AvailabilityModel] = {}
     for group in population.clients:
         if group.availability is not None:
             for cid in group.ids:
                 per_client[cid] = group.availability
+    default = population.availability
+    whole = default.build_population(seed, population.num_clients)
+    if whole is not None and not per_client:
+        return cast(Sequence[Availability], whole)  # a sequence of models, kept as arrays
     shared_always = Always()
     traces = TraceFiles()
     out: list[Availability] = []
     for cid in range(population.num_clients):
-        cfg = per_client.get(cid, population.availability)
-        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else cfg.build(seed, cid, traces))
+        cfg = per_client.get(cid, default)
+        out.append(shared_always if isinstance(cfg, AlwaysAvailable) else whole[cid] if cfg is default and whole
+                   is not None else cfg.build(seed, cid, traces))
     return out

@@ -207,6 +207,8 @@ class Oort(Selector):
             return candidates
         counts = view.applied
         over = np.flatnonzero(counts > p.blacklist_rounds)
+        if not over.shape[0]:  # nobody over the cap (every early round): the candidates as they are
+            return candidates
         limit = int(p.blacklist_max_len * view.num_clients)
         if over.shape[0] > limit:
             order = np.lexsort((over, -counts[over]))

@@ -163,8 +163,8 @@ class Timeline:
         """When each client was retired for good (:meth:`retire`; NaN: never)."""
         gates = retires or any(ev.gates for ev in self.events)
         # without offline/online/join events the models are used as they are (no per-client wrapper)
-        self.availability: list[Any] = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)] \
-            if gates else list(availability)
+        self.availability: Sequence[Any] = [ScriptedAvailability(a, self, c) for c, a in enumerate(availability)] \
+            if gates else availability
         self.groups: list[np.ndarray | None] = []
         for index, ev in enumerate(self.events):
             group = getattr(ev, "clients", None)

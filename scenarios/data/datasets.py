@@ -19,7 +19,8 @@ Choices, in one place:
 * **synthetic** follows FedProx Synthetic(alpha, beta) (see :func:`_synthetic`). Client
   sizes follow the FedProx code base, ``lognormal(4, 2) + 50`` per client, rescaled so the
   total is ``synthetic_samples`` (at least 4 samples per client, so the total can be a
-  little larger when there are very many clients). ``max_train_samples`` subsamples every
+  little larger when there are very many clients). ``synthetic_draws: blocks`` draws many
+  clients per call (the same model, other draws; for millions of clients). ``max_train_samples`` subsamples every
   client's training samples proportionally (at least one each).
 * **MNIST, Fashion-MNIST, EMNIST** are read from the uncompressed IDX files under
   ``<root>/<Name>/raw`` (the files and folders ``torchvision.datasets`` uses), or, when that
@@ -62,13 +63,14 @@ import torch.nn.functional as F
 from fedclock.actors.federation import ClientIndex
 from fedclock.scenarios.data.dataset_specs import DATASET_NAMES, DATASETS, PublishedFiles
 from fedclock.scenarios.plugins import PluginError, find
-from fedclock.scenarios.schema import MAX_SYNTHETIC_VALUES, DatasetConfig
+from fedclock.scenarios.memory_estimate import SYNTHETIC_MIN_PER_CLIENT, machine_memory, synthetic_bytes
+from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
 __all__ = ["Dataset", "DatasetError", "DomainSplit", "data_root", "download_files", "load_dataset",
            "read_idx_files"]
 
-_SYNTHETIC_MIN_PER_CLIENT = 4
+_SYNTHETIC_MIN_PER_CLIENT = SYNTHETIC_MIN_PER_CLIENT
 
 
 class DatasetError(Exception):
@@ -359,10 +361,12 @@ def load_synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     rng = numpy_rng(seed, Stream.DATA, DataStream.SYNTHETIC)
     dim, classes = cfg.synthetic_features, cfg.synthetic_classes
     sizes = _synthetic_sizes(rng, num_clients, cfg.synthetic_samples)
-    if int(sizes.sum()) * dim > MAX_SYNTHETIC_VALUES:  # each client is raised to a minimum size
-        raise DatasetError(f"population.num_clients: {num_clients} clients of at least {_SYNTHETIC_MIN_PER_CLIENT} "
-                           f"synthetic samples x {dim} features is more than {MAX_SYNTHETIC_VALUES:,} values; use "
-                           f"fewer clients or features")
+    need = synthetic_bytes(int(sizes.sum()), dim)  # each client is raised to a minimum size
+    if need > machine_memory():
+        raise DatasetError(f"population.num_clients: {num_clients:,} clients of at least {_SYNTHETIC_MIN_PER_CLIENT} "
+                           f"synthetic samples x {dim} features need about {need / 2**30:,.1f} GiB (estimated "
+                           f"before allocating), more than this machine's {machine_memory() / 2**30:,.1f} GiB of "
+                           f"memory; use fewer clients or features")
     cov_sd = np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2) ** 0.5
     u = rng.normal(0.0, cfg.synthetic_alpha, num_clients)
     big_b = rng.normal(0.0, cfg.synthetic_beta, num_clients)
@@ -373,7 +377,7 @@ def load_synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
     test_ends, train_ends = np.cumsum(n_tests), np.cumsum(sizes - n_tests)
     x_test, y_test = np.empty((int(test_ends[-1]), dim), np.float32), np.empty(int(test_ends[-1]), np.int64)
     x_train, y_train = np.empty((int(train_ends[-1]), dim), np.float32), np.empty(int(train_ends[-1]), np.int64)
-    for k in range(num_clients):
+    for k in range(num_clients if cfg.synthetic_draws == "client" else 0):
         w = rng.normal(u[k], 1.0, (classes, dim))
         b = rng.normal(u[k], 1.0, classes)
         v = rng.normal(big_b[k], 1.0, dim)
@@ -383,6 +387,8 @@ def load_synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
         x_test[test_end - n_test:test_end], y_test[test_end - n_test:test_end] = x[:n_test], y[:n_test]
         n_train = sizes[k] - n_test
         x_train[train_end - n_train:train_end], y_train[train_end - n_train:train_end] = x[n_test:], y[n_test:]
+    if cfg.synthetic_draws == "blocks":
+        _synthetic_blocks(rng, sizes, n_tests, u, big_b, cov_sd, classes, (x_train, y_train, x_test, y_test))
     counts = sizes - n_tests
     clients = ClientIndex(np.arange(len(y_train), dtype=np.int64), np.concatenate([[0], train_ends]))
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(y_train):
@@ -394,6 +400,46 @@ def load_synthetic(cfg: DatasetConfig, seed: int, num_clients: int) -> Dataset:
                               np.concatenate([[0], np.cumsum(keep_per_client)]).astype(np.int64))
     return Dataset("synthetic", torch.from_numpy(x_train), torch.from_numpy(y_train), torch.from_numpy(x_test),
                    torch.from_numpy(y_test), classes, clients)
+
+
+SYNTHETIC_BLOCK_SAMPLES = 200_000
+"""``synthetic_draws: blocks``: about this many samples drawn in one call."""
+
+
+def _synthetic_blocks(rng: np.random.Generator, sizes: np.ndarray, n_tests: np.ndarray, u: np.ndarray,
+                      big_b: np.ndarray, cov_sd: np.ndarray, classes: int,
+                      out: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """:func:`load_synthetic`'s draws for ``synthetic_draws: blocks``: the same model per client
+    (``W_k``, ``b_k``, ``v_k``, ``x``, ``y = argmax(W_k x + b_k)``), drawn for a block of clients
+    (about :data:`SYNTHETIC_BLOCK_SAMPLES` samples) per call instead of one client per call; a
+    client's first ``n_tests[k]`` samples are its test samples, as in the per-client loop."""
+    x_train, y_train, x_test, y_test = out
+    dim = len(cov_sd)
+    n = len(sizes)
+    train_at = test_at = 0
+    start = 0
+    ends = np.cumsum(sizes)
+    while start < n:
+        base = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + SYNTHETIC_BLOCK_SAMPLES, side="right")))
+        stop = min(stop, n, start + max(1, SYNTHETIC_BLOCK_SAMPLES // (classes * dim)))  # W: classes x dim a client
+        m = stop - start
+        w = rng.normal(u[start:stop, None, None], 1.0, (m, classes, dim))
+        b = rng.normal(u[start:stop, None], 1.0, (m, classes))
+        v = rng.normal(big_b[start:stop, None], 1.0, (m, dim))
+        block_sizes = sizes[start:stop]
+        owner = np.repeat(np.arange(m), block_sizes)
+        x = v[owner]
+        x += rng.standard_normal((len(owner), dim)) * cov_sd
+        y = np.argmax(np.einsum("scd,sd->sc", w[owner], x) + b[owner], axis=1)
+        first = np.concatenate([[0], np.cumsum(block_sizes)[:-1]])
+        is_test = (np.arange(len(owner)) - first[owner]) < n_tests[start:stop][owner]
+        k_test = int(is_test.sum())
+        x_test[test_at:test_at + k_test], y_test[test_at:test_at + k_test] = x[is_test], y[is_test]
+        k_train = len(owner) - k_test
+        x_train[train_at:train_at + k_train], y_train[train_at:train_at + k_train] = x[~is_test], y[~is_test]
+        test_at, train_at = test_at + k_test, train_at + k_train
+        start = stop
 
 
 def _synthetic_sizes(rng: np.random.Generator, num_clients: int, total: int) -> np.ndarray:
