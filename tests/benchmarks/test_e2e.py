@@ -29,23 +29,24 @@ def test_scenario_files_are_the_workloads(tmp_path: Path, workload: str, backend
     assert (scenario.runtime.backend, scenario.runtime.vectorize) == (backend, vectorize)
 
 
-def test_plain_loop_draws_fedclocks_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_loop_draws_fedclocks_batches() -> None:
     """The plain loop's indices for a client of 50 samples in batches of 12 (a batch straddles
-    two permutations) are those of ``batches`` with the same generator seed."""
+    two permutations) are those of ``batches`` with the same generator seed. The labels are a
+    subclass of ``torch.Tensor`` that notes each index it is read with: patching
+    ``torch.Tensor.__getitem__`` itself (this test's first version) leaves the type with a
+    sequence slot after the patch is undone, and a later test's ``torch.tensor`` of 0-d
+    tensors in the same process then fails ("len() of a 0-d tensor")."""
     e2e = load_script("e2e")
     seen: list[torch.Tensor] = []
-    x, y = torch.randn(50, 1, 28, 28), torch.randint(0, 10, (50,))
+
+    class Labels(torch.Tensor):
+        def __getitem__(self, idx: object) -> torch.Tensor:
+            seen.append(idx.clone())  # type: ignore[attr-defined]
+            return super().__getitem__(idx).as_subclass(torch.Tensor)  # type: ignore[index]
+
+    x, y = torch.randn(50, 1, 28, 28), torch.randint(0, 10, (50,)).as_subclass(Labels)
     model = e2e.build_model(e2e.WORKLOADS["mlp"])
-    real_index = torch.Tensor.__getitem__
-
-    def spy(self: torch.Tensor, idx: object) -> torch.Tensor:
-        if self is y:
-            seen.append(idx.clone())  # type: ignore[union-attr]
-        return real_index(self, idx)
-
-    monkeypatch.setattr(torch.Tensor, "__getitem__", spy)
     e2e.local_sgd(model, x, y, {**e2e.WORKLOADS["mlp"], "batch": 12}, seed=7)
-    monkeypatch.undo()
     expected = list(batches(50, 12, 5, torch.Generator().manual_seed(7)))
     assert len(seen) == 5 and all(torch.equal(a, b) for a, b in zip(seen, expected))
 
