@@ -10,6 +10,7 @@ import inspect
 from pathlib import Path
 
 import pydantic
+from tests.source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("actors", "algorithms", "scheduling", "scenarios")
@@ -22,7 +23,7 @@ def _sizes(layer: str) -> tuple[dict[str, int], dict[str, int]]:
         source = path.read_text(encoding="utf-8")
         name = str(path.relative_to(ROOT))
         modules[name] = len(source.splitlines())
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(parse(source)):
             if isinstance(node, ast.ClassDef):
                 classes[f"{name}:{node.name}"] = node.end_lineno - node.lineno + 1  # type: ignore[operator]
     return modules, classes
@@ -52,7 +53,7 @@ def config_classes() -> set[str]:
 def config_checks(source: str, names: set[str]) -> int:
     """``isinstance(x, C)`` (or with a tuple holding ``C``) calls in ``source`` whose ``C`` is in ``names``."""
     count = 0
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
                 and len(node.args) == 2:
             kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]

@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from tests.source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("algorithms", "scheduling", "actors", "scenarios")
@@ -36,7 +37,7 @@ def package_modules() -> dict[str, Path]:
 
 def imported_modules(name: str, source: str, is_package: bool, known: set[str]) -> set[str]:
     """The fedclock modules that module `name` imports anywhere in `source` (relative imports resolved)."""
-    tree = ast.parse(source)
+    tree = parse(source)
     package = name if is_package else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(tree):

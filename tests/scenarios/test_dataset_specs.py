@@ -15,6 +15,7 @@ from fedclock.scenarios.loader import ScenarioError, validate_scenario
 from fedclock.scenarios.schema import DatasetConfig, DatasetName, FileFormat
 from fedclock.scenarios.data.tff_h5 import TffH5Reader
 from fedclock.scenarios.data.user_data import ClientFileReader
+from tests.source_ast import parse
 
 
 def _names(flag: str) -> tuple[str, ...]:
@@ -110,7 +111,7 @@ def _name_dispatch(source: str) -> list[str]:
     names = set(specs.DATASET_NAMES) | set(specs.FILE_FORMATS)
     domains = {d for ds in specs.DOMAINS.values() for d in ds}
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
                 values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]

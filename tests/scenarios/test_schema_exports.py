@@ -7,13 +7,14 @@ import ast
 from pathlib import Path
 
 import fedclock.scenarios.schema as schema
+from tests.source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("actors", "algorithms", "scheduling", "scenarios", "tests", "benchmarks", "examples")
 
 
 def _defined_in_schema() -> set[str]:
-    tree = ast.parse(Path(schema.__file__).read_text())
+    tree = parse(Path(schema.__file__).read_text())
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node in tree.body:
@@ -37,7 +38,7 @@ def test_nothing_imports_another_modules_name_through_the_schema() -> None:
             text = path.read_text()
             if "fedclock.scenarios.schema import" not in text:
                 continue
-            for node in ast.walk(ast.parse(text)):
+            for node in ast.walk(parse(text)):
                 if isinstance(node, ast.ImportFrom) and node.module == "fedclock.scenarios.schema":
                     wrong += [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}" for a in node.names
                               if a.name not in defined]

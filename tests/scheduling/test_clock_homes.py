@@ -18,6 +18,7 @@ from fedclock.scheduling.clock import Clock
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.modes import StopConfig
 from fedclock.scheduling.timeline import ClockControl, Timeline
+from tests.source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("actors", "scheduling")
@@ -31,7 +32,7 @@ def _functions() -> list[tuple[str, list[ast.AST]]]:
     out = []
     for layer in LAYERS:
         for path in sorted((ROOT / layer).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parse(path.read_text(encoding="utf-8"))
             for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
                 out.append((f"{path.relative_to(ROOT)}:{func.name}", list(ast.walk(func))))
     return out

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from fedclock.scheduling.task import Task
+from tests.source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("actors", "algorithms", "scenarios")
@@ -46,7 +47,7 @@ def _task_names(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> se
 def task_writes(source: str) -> list[str]:
     """Every assignment to a ``Task`` field through a name that holds a task, as source text."""
     found = []
-    for func in ast.walk(ast.parse(source)):
+    for func in ast.walk(parse(source)):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         names = _task_names(func)
