@@ -8,12 +8,11 @@ ATTEMPTS = 5
 
 
 def parse(source: str) -> ast.Module:
-    """``ast.parse(source)``, tried again when CPython 3.11 before 3.11.8 raises its spurious
-    ``SystemError: AST constructor recursion depth mismatch`` (CPython issue 106905: the
-    ``ast`` module's depth counter is left unbalanced on an error path, which a threaded
-    process hits now and then; a pytest worker that holds a Ray session has threads). The
-    error says nothing about the source, so a second parse gives its tree; any other
-    error, or the same one every time, is raised."""
+    """``ast.parse(source)``, tried again when CPython 3.11 raises its spurious
+    ``SystemError: AST constructor recursion depth mismatch`` (seen here on 3.11.7, in a
+    pytest worker that holds a Ray session and so has threads; CPython issue 106905 reports
+    the error in threaded processes). The error says nothing about the source, so a second
+    parse gives its tree; any other error, or the same one every time, is raised."""
     for attempt in range(ATTEMPTS):
         try:
             return ast.parse(source)
