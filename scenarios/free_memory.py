@@ -14,23 +14,27 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from functools import cache
+from typing import Any
 
 __all__ = ["return_free_memory"]
 
-_LIBC: ctypes.CDLL | None | bool = False  # False: not looked up yet
+
+@cache
+def _trim() -> Any:
+    """glibc's ``malloc_trim``, looked up once; None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return getattr(libc, "malloc_trim", None) if libc else None
 
 
 def return_free_memory() -> bool:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); whether it
     could (False where the C library has no ``malloc_trim``)."""
-    global _LIBC
-    if _LIBC is False:
-        name = ctypes.util.find_library("c")
-        try:
-            _LIBC = ctypes.CDLL(name) if name else None
-        except OSError:
-            _LIBC = None
-    trim = getattr(_LIBC, "malloc_trim", None) if _LIBC else None
+    trim = _trim()
     if trim is None:
         return False
     trim(0)

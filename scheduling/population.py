@@ -102,16 +102,11 @@ def client_classes(population: PopulationConfig) -> list[str]:
     """Each client's device class: ``device_mix`` classes take consecutive blocks of client
     ids in the order they are listed; clients left over are ``custom`` (drawn from
     ``population.devices``)."""
-    names = list(population.device_mix)
-    counts = mix_counts([population.device_mix[k] for k in names], population.num_clients)
-    out: list[str] = []
-    for name, count in zip(names, counts):
-        out += [name] * count
-    return out + ["custom"] * (population.num_clients - len(out))
+    return client_class_rows(population)(0, population.num_clients)
 
 
 def client_class_rows(population: PopulationConfig) -> Callable[[int, int], list[str]]:
-    """The device classes of clients ``start`` to ``stop`` (:func:`client_classes`'s values)
+    """The device classes of clients ``start`` to ``stop`` (:func:`client_classes`'s rule)
     a block at a time, without the list of every client's (8 bytes a client)."""
     names = list(population.device_mix)
     labels = names + ["custom"]
