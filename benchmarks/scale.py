@@ -27,6 +27,12 @@ before, in ``federation_s``), ``steady_s_per_round`` the median time between two
 ``--client-test-fraction 0`` holds nothing out of the clients (global evaluation only), and
 ``--eval-every N`` evaluates the global test set (which grows with the clients) every N rounds.
 
+``--user-arrays DIR`` keeps every user's samples in files under ``DIR/generated``
+(``dataset.format: user_arrays``, :mod:`fedclock.scenarios.data.user_arrays`), drawn by the first
+run of a size and mapped by every later one: a user's rows are read from disk when it trains, so
+``federation_s`` is the draw (first run) or the mapping (later runs), ``data_MiB`` the files' size,
+and the memory figures count only the pages read.
+
 ``--memory-phases`` prints, for the driver alone, its PSS at the end of each step of :func:`one`
 (imports, data built, ``Runtime.session``: the put, the clock's run, the analysis, the client table,
 the writer's close), its peak within each step and its Python stack at that peak (sampled every
@@ -101,12 +107,17 @@ def _scenario_dict(clients: int, rounds: int, backend: str, samples: int, cohort
                    availability: str, selection: str) -> dict:
     avail = {"type": "diurnal", "phases": "population"} if availability == "diurnal" else \
         {"type": "diurnal"} if availability == "diurnal_client" else {"type": "always"}
+    dataset = {"name": "synthetic", "synthetic_samples": samples, "synthetic_features": features,
+               "synthetic_draws": "blocks" if DATA_OPTIONS.get("blocks") else "client",
+               "partition": {"type": "natural" if DATA_OPTIONS.get("natural") else "iid"},
+               "client_test_fraction": DATA_OPTIONS.get("client_test_fraction", 0.2)}
+    if DATA_OPTIONS.get("user_arrays") is not None:  # users' files mapped from disk, drawn once into that folder
+        dataset = {"name": "synthetic", "format": "user_arrays", "root": str(DATA_OPTIONS["user_arrays"]),
+                   "generate": {"users": clients, "mean_samples": DATA_OPTIONS["mean_samples"], "test_fraction": 0.2},
+                   "synthetic_features": features, "partition": {"type": "natural"}}
     return {
         "name": "scale", "seed": 0,
-        "dataset": {"name": "synthetic", "synthetic_samples": samples, "synthetic_features": features,
-                    "synthetic_draws": "blocks" if DATA_OPTIONS.get("blocks") else "client",
-                    "partition": {"type": "natural" if DATA_OPTIONS.get("natural") else "iid"},
-                    "client_test_fraction": DATA_OPTIONS.get("client_test_fraction", 0.2)},
+        "dataset": dataset,
         "model": {"name": "mlp", "hidden": [32]},
         "population": {"num_clients": clients, "availability": avail},
         "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 20, "local_epochs": 1},
@@ -236,8 +247,8 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
     federation = build_federation(first.dataset, clients, first.seed)  # built once, shared by both runs
     built = time.perf_counter() - built
     _phase(phases, "data built")
-    data = sum(t.element_size() * t.nelement() for t in (federation.x, federation.y, federation.x_test,
-                                                          federation.y_test))
+    data = sum(t.element_size() * t.nelement() for t in (federation.x, federation.y) + (
+        () if federation.mapped else (federation.x_test, federation.y_test)))  # mapped: the test rows are in x, y
     with tempfile.TemporaryDirectory() as tmp:
         run_scenario(first, runtime, Path(tmp) / "warmup", federation=federation)
         _phase(phases, "warm-up run")
@@ -344,10 +355,15 @@ def main() -> None:
                         help="no training and no data: the clock, availability and selection alone")
     parser.add_argument("--memory-phases", action="store_true",
                         help="print the driver's PSS at each phase's end, its peak in each and the call stack there")
+    parser.add_argument("--user-arrays", type=Path, default=None, metavar="DIR",
+                        help="dataset.format user_arrays: every user's samples in files under DIR/generated, mapped "
+                        "and read when the user trains (drawn by the first run, reused by later ones)")
+    parser.add_argument("--mean-samples", type=int, default=2,
+                        help="--user-arrays: generate.mean_samples (a user: max(4, round(mean x lognormal(0, 0.8))))")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     DATA_OPTIONS.update(blocks=args.blocks, natural=args.natural, client_test_fraction=args.client_test_fraction,
-                        eval_every=args.eval_every)
+                        eval_every=args.eval_every, user_arrays=args.user_arrays, mean_samples=args.mean_samples)
     if args.one and args.population_only:
         population_only(args.clients[0], args.rounds, args.cohort, args.availability, args.selection)
         return
@@ -364,6 +380,8 @@ def main() -> None:
         extra += ["--client-test-fraction", str(args.client_test_fraction), "--eval-every", str(args.eval_every)]
         extra += (["--blocks"] if args.blocks else []) + (["--natural"] if args.natural else [])
         extra += ["--memory-phases"] if args.memory_phases else []
+        extra += ["--user-arrays", str(args.user_arrays), "--mean-samples", str(args.mean_samples)] \
+            if args.user_arrays is not None else []
         out = subprocess.run([sys.executable, __file__, "--one", "--clients", str(n), "--rounds", str(args.rounds),
                               "--backend", args.backend, "--samples", str(args.samples),
                               "--features", str(args.features), *extra],

@@ -21,7 +21,8 @@ from fedclock.actors.runtime_config import RuntimeConfig
 from fedclock.algorithms.compressed import DownloadConfig, UploadConfig
 from fedclock.algorithms.privacy import PrivacyConfig
 from fedclock.scenarios.data.dataset_specs import (DATASETS, DATASET_NAMES, DOMAINS, FILE_DATASETS, FILE_FORMATS,
-                                                   FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE)
+                                                   FORMAT_DATASETS, GENERATED, MULTI_DOMAIN, NATURAL_SPLIT, POOLABLE,
+                                                   USER_ARRAYS)
 from fedclock.scheduling.completeness_connectivity import TimeBudget, can_lose
 from fedclock.scheduling.model_base import NonNegativeFloat, PositiveFloat, StrictModel
 from fedclock.scheduling.modes import AsyncMode, ModeConfig, StopConfig, SyncMode
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # a name, and mypy cannot read a Literal built from a tuple
     FileFormat = str
 else:
     DatasetName = Literal[DATASET_NAMES]
-    FileFormat = Literal[FILE_FORMATS]
+    FileFormat = Literal[FILE_FORMATS + (USER_ARRAYS,)]
 """``dataset.name`` of a shipped dataset and ``dataset.format``, from their registry
 (:mod:`fedclock.scenarios.data.dataset_specs`)."""
 
@@ -72,7 +73,9 @@ class GeneratedFiles(StrictModel):
     ``cifar10`` (no format: its own pickles), ``users x mean_samples`` training images and
     ``test_samples`` test images (:mod:`fedclock.scenarios.data.cifar_generate`)."""
 
-    users: Annotated[int, Field(ge=2, le=100_000)] = 20
+    users: Annotated[int, Field(ge=2)] = Field(
+        default=20, description=f"at most {100_000:,} written in memory (formats leaf and tff_h5); user_arrays draws "
+                                "any number straight to disk")
     mean_samples: Annotated[int, Field(ge=2, le=10_000)] = 40
     test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
     test_samples: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
@@ -82,6 +85,9 @@ class GeneratedFiles(StrictModel):
 IMAGE_GENERATED: tuple[str, ...] = ("cifar10",)
 """Datasets ``dataset.generate`` writes in their own published files, without ``dataset.format``
 (:mod:`fedclock.scenarios.data.cifar_generate`)."""
+MAX_GENERATED_USERS = 100_000
+"""Most users ``dataset.generate`` writes in a format whose writer holds every user in memory
+(all but ``user_arrays``, which draws them a block at a time into the files)."""
 MAX_GENERATED_IMAGES = 1_000_000
 """Most training images a generated image set may hold (3 KB each)."""
 
@@ -139,12 +145,16 @@ class DatasetConfig(StrictModel):
     partition: PartitionConfig = Field(default_factory=IIDPartition)
     domains: DomainsConfig | None = Field(default=None, description="multi-domain sources only")
     format: FileFormat | None = Field(default=None, description="read published client files from root: leaf "
-                                      "(train/ and test/ JSON), tff_h5 (TFF HDF5), fedscale_csv (client_data_mapping)")
+                                      "(train/ and test/ JSON), tff_h5 (TFF HDF5), fedscale_csv (client_data_mapping), user_arrays "
+                                      "(per-user .npy arrays, mapped: scenarios/data/user_arrays.py)")
     generate: GeneratedFiles | None = Field(default=None, description="instead of root: generate a small data set "
                                             "in this format from the seed (quick runs)")
 
     @model_validator(mode="after")
     def _client_files(self) -> "DatasetConfig":
+        if self.generate is not None and self.generate.users > MAX_GENERATED_USERS and self.format != USER_ARRAYS:
+            raise ValueError(f"generate.users: {self.generate.users:,} users; at most {MAX_GENERATED_USERS:,} are "
+                             f"generated in memory (format {USER_ARRAYS} draws any number straight to disk)")
         if self.format is None:
             if self.name in FILE_DATASETS:
                 formats = [f for f, names in FORMAT_DATASETS.items() if self.name in names]
@@ -183,6 +193,14 @@ class DatasetConfig(StrictModel):
             raise ValueError(f"generate: writes {names} files, not {self.name}")
         if self.pool == "all":
             raise ValueError("pool: client files keep every user's own train and test data; use pool: train")
+        if self.format == USER_ARRAYS:
+            part = self.partition
+            if not isinstance(part, NaturalPartition):
+                raise ValueError(f"partition.type: {USER_ARRAYS} files hold one client per user; use natural "
+                                 f"(got {part.type})")
+            if (part.min_samples, part.sample_clients, part.max_train_per_client) != (None, None, None):
+                raise ValueError(f"partition: {USER_ARRAYS} files are mapped whole, every user a client; remove "
+                                 "min_samples, sample_clients and max_train_per_client")
         return self
 
     @model_validator(mode="after")
@@ -194,7 +212,7 @@ class DatasetConfig(StrictModel):
                              f"(allowed with: {', '.join(NATURAL_SPLIT)}, or client files: dataset.format)")
         if self.name == "synthetic" and self.image_size is not None:
             raise ValueError("image_size: synthetic data are vectors, not images; remove image_size")
-        if self.name == "synthetic":
+        if self.name == "synthetic" and self.format is None:
             need = synthetic_bytes(self.synthetic_samples, self.synthetic_features)
             if need > machine_memory():
                 raise ValueError(f"synthetic_samples: {self.synthetic_samples:,} samples x {self.synthetic_features} "
@@ -420,7 +438,7 @@ class Scenario(StrictModel):
         """The estimated peak memory (:mod:`fedclock.scenarios.memory_estimate`) fits this machine."""
         pop, data = self.population, self.dataset
         data_bytes = synthetic_bytes(max(data.synthetic_samples, SYNTHETIC_MIN_PER_CLIENT * pop.num_clients),
-                                     data.synthetic_features) if data.name == "synthetic" else 0
+                                     data.synthetic_features) if data.name == "synthetic" and data.format is None else 0
         problem = memory_problem(pop.num_clients, data_bytes, "dataset.synthetic_samples",
                                  ray=self.runtime.backend == "ray", availability=pop.availability.memory_kind(),
                                  selector=not self.selection.is_uniform)

@@ -24,10 +24,14 @@ from typing import Any, Callable
 
 __all__ = ["DATASETS", "DATASET_NAMES", "DATASET_SUMMARIES", "DOMAINS", "EMNIST_CLASSES", "FILE_DATASETS",
            "FILE_FORMATS", "FORMAT_DATASETS", "GENERATED", "MULTI_DOMAIN", "NATURAL_SPLIT", "POOLABLE", "DatasetSpec",
-           "PublishedFiles"]
+           "PublishedFiles", "USER_ARRAYS"]
 
 FILE_FORMATS: tuple[str, ...] = ("leaf", "tff_h5", "fedscale_csv")
 """Published client-file formats (``dataset.format``, :mod:`fedclock.scenarios.data.client_files`)."""
+USER_ARRAYS = "user_arrays"
+"""``dataset.format`` of per-user array files mapped from disk, a user's rows read when it trains
+(:mod:`fedclock.scenarios.data.user_arrays`): not a published format, so not a reader of
+:data:`FILE_FORMATS`; its datasets are those its generator draws."""
 
 
 EMNIST_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}
@@ -212,4 +216,5 @@ FILE_DATASETS: tuple[str, ...] = tuple(name for name, spec in DATASETS.items()
 """Datasets that exist only as client files (they need ``dataset.format``)."""
 GENERATED: dict[str, tuple[str, ...]] = {
     fmt: tuple(name for name, spec in DATASETS.items() if fmt in spec.generated) for fmt in FILE_FORMATS}
+FORMAT_DATASETS[USER_ARRAYS] = GENERATED[USER_ARRAYS] = ("synthetic",)
 """The datasets ``dataset.generate`` writes in each format."""

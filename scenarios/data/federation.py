@@ -27,9 +27,11 @@ import torch
 from fedclock.actors.federation import ClientIndex, Federation
 from fedclock.scenarios.data.client_files import load_client_files
 from fedclock.scenarios.data.client_split import client_test_sizes, client_test_split
+from fedclock.scenarios.data.dataset_specs import USER_ARRAYS
 from fedclock.scenarios.data.datasets import Dataset, DatasetError, load_dataset
 from fedclock.scenarios.data.partitions import partition_indices
 from fedclock.scenarios.data.partition_config import NaturalPartition
+from fedclock.scenarios.data.user_arrays import user_arrays_federation
 from fedclock.scenarios.schema import DatasetConfig
 from fedclock.scheduling.rng import DataStream, Stream, numpy_rng
 
@@ -44,6 +46,8 @@ def build_federation(cfg: DatasetConfig, num_clients: int, seed: int, plugin_dir
     missing or broken, when the partition cannot be drawn, or when a client would be left
     without training data.
     """
+    if cfg.format == USER_ARRAYS:  # mapped from the files, nothing loaded (its own partition: every user a client)
+        return user_arrays_federation(cfg, seed, num_clients)
     ds = load_client_files(cfg, seed, num_clients) if cfg.format is not None else \
         load_dataset(cfg, seed, num_clients, plugin_dir)
     if ds.natural_tests is not None and ds.natural_clients is not None:

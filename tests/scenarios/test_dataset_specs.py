@@ -25,18 +25,19 @@ def _names(flag: str) -> tuple[str, ...]:
 def test_the_derived_lists_are_the_registry() -> None:
     assert all(name == spec.name for name, spec in DATASETS.items())
     assert specs.DATASET_NAMES == tuple(DATASETS) == get_args(DatasetName)
-    assert get_args(FileFormat) == specs.FILE_FORMATS
+    assert get_args(FileFormat) == specs.FILE_FORMATS + (specs.USER_ARRAYS,)
     assert specs.DATASET_SUMMARIES == {name: spec.summary for name, spec in DATASETS.items()}
     assert all(s and "\n" not in s for s in specs.DATASET_SUMMARIES.values())
     assert specs.POOLABLE == _names("official_split") == (
         "mnist", "fashion_mnist", "emnist", "cifar10", "cifar100", "tinyimagenet")
     assert specs.NATURAL_SPLIT == _names("natural_split") == ("synthetic",)
     assert specs.MULTI_DOMAIN == _names("domains") == tuple(specs.DOMAINS)
-    assert specs.GENERATED == {f: tuple(n for n, s in DATASETS.items() if f in s.generated)
-                               for f in specs.FILE_FORMATS}
+    # user arrays are not a published format with readers: what they hold is what their generator draws
+    assert specs.GENERATED == {**{f: tuple(n for n, s in DATASETS.items() if f in s.generated)
+                                  for f in specs.FILE_FORMATS}, specs.USER_ARRAYS: ("synthetic",)}
     assert all(set(s.generated) <= set(s.formats) for s in DATASETS.values())
-    assert specs.FORMAT_DATASETS == {f: tuple(n for n, s in DATASETS.items() if f in s.formats)
-                                     for f in specs.FILE_FORMATS}
+    assert specs.FORMAT_DATASETS == {**{f: tuple(n for n, s in DATASETS.items() if f in s.formats)
+                                        for f in specs.FILE_FORMATS}, specs.USER_ARRAYS: ("synthetic",)}
     assert specs.FILE_DATASETS == ("femnist", "shakespeare", "synthetic_leaf", "sent140", "celeba", "stackoverflow")
     # a spec is loaded whole, read from client files, or a multi-domain source
     assert all((s.loader is not None) or bool(s.formats) != bool(s.domains) for s in DATASETS.values())
