@@ -510,5 +510,6 @@ def _client_table(scenario: Scenario, federation: Federation, devices: Devices,
         "tasks_lost": events.counts(status == LOST), "tasks_timed_out": events.counts(status == TIMED_OUT),
         "tasks_cancelled": events.counts(status == CANCELLED),
         "memory_gb": devices.memory_gb, "feasible": feasible,
-        "dp_releases": none, "dp_epsilon": none, "retired_at": np.full(n, np.nan),
+        "dp_releases": none, "dp_epsilon": none,
+        "retired_at": RowsColumn(n, lambda start, stop: np.full(stop - start, np.nan)),  # or the timeline's
     }
