@@ -94,6 +94,27 @@ def tree_pss_by_role(root: int) -> dict[str, int]:
     return out
 
 
+def tree_pss_of_files(root: int, folder: str) -> int:
+    """Proportional resident bytes of the files under ``folder`` mapped by ``root`` and its
+    descendants (the ``Pss`` of each mapping in ``/proc/PID/smaps`` whose path lies there): the
+    part of :func:`tree_pss_by_role` that is those files' pages, e.g. mapped data read so far."""
+    total = 0
+    prefix = folder.rstrip("/") + "/"
+    for pid in _tree_values(root, lambda f: 0.0):
+        try:
+            with open(f"/proc/{pid}/smaps") as f:
+                inside = False
+                for line in f:
+                    first = line.split(maxsplit=1)[0]
+                    if "-" in first and not first.endswith(":"):  # a mapping's header: address range, ..., path
+                        inside = line.rstrip().split(maxsplit=5)[-1].startswith(prefix)
+                    elif inside and first == "Pss:":
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
 def tree_cpu_by_pid(root: int) -> dict[int, float]:
     """User + system CPU seconds of ``root`` and of each of its live descendants, by pid."""
     return _tree_values(root, lambda f: (int(f[11]) + int(f[12])) / TICKS)

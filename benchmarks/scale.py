@@ -61,7 +61,8 @@ import threading
 import time
 from pathlib import Path
 
-from proctree import tree_cpu_by_pid, tree_pss_by_role, tree_rss  # benchmarks/ is the script's folder
+from proctree import (tree_cpu_by_pid, tree_pss_by_role, tree_pss_of_files,  # benchmarks/ is the script's folder
+                      tree_rss)
 
 
 class _FreeTasks:
@@ -207,6 +208,9 @@ def one(clients: int, rounds: int, backend: str, samples: int, cohort: int | Non
                 peak[1] = sum(by_role.values())
                 at_peak.clear()
                 at_peak.update(by_role)
+                if DATA_OPTIONS.get("user_arrays") is not None:  # how much of that peak is the mapped files' pages
+                    folder = str(Path(DATA_OPTIONS["user_arrays"]).resolve())
+                    at_peak["mapped_data"] = tree_pss_of_files(os.getpid(), folder)
             if phases is not None:
                 phases.sample(by_role["driver"])
             time.sleep(0.1 if phases is None else 0.02)
