@@ -49,9 +49,11 @@ class TaskPlanner:
         """What a task dispatched now to a client uploads, given the client and the server steps
         applied so far (kept on :attr:`Task.upload_kind` for the server step's charge); None:
         not asked."""
-        # Per-client values read on every dispatch, as Python lists (list indexing is the
-        # cheapest read; the values are those ``.item()`` gives).
-        self.client_size: list[int] = np.asarray(client_sizes).astype(np.int64, copy=False).tolist()
+        # Per-client values read on every dispatch, kept as arrays and read with ``.item()``: as
+        # Python lists they were a faster read by ~50 ns a dispatch but cost 104 bytes a client
+        # (a float object and a pointer per value), 1 GB at ten million clients
+        # (benchmarks/RESULTS.md, "Ten million clients, second pass").
+        self.client_size: np.ndarray = np.asarray(client_sizes).astype(np.int64, copy=False)
         self.full_work = costs.local_steps is None or costs.work_for_steps is None
         """Every task does the algorithm's full work (the costs do not declare steps)."""
         self.fixed_devices = type(devices) is Devices
@@ -59,8 +61,8 @@ class TaskPlanner:
         computed once per client."""
         if self.fixed_devices:
             down_s, up_s = devices.transfer_arrays(costs.bytes_down, costs.bytes_up)
-            self._down_s, self._up_s = down_s.tolist(), up_s.tolist()
-            self._compute = devices.compute.tolist()
+            self._down_s, self._up_s = down_s, up_s
+            self._compute = np.asarray(devices.compute, dtype=np.float64)
         self._sizes: np.ndarray | None = None
         self._request: Disclosed | None = None
 
@@ -73,7 +75,8 @@ class TaskPlanner:
         costs, now = self.costs, env.now
         task = Task(index=index, client=client, client_task=client_task, round=round_index, version=version,
                     dispatched_at=now, timing=timing, bytes_down=costs.bytes_down, bytes_up=costs.bytes_up,
-                    num_samples=self.client_size[client], steps=steps, steps_full=full, on_settle=on_settle, env=env)
+                    num_samples=self.client_size.item(client), steps=steps, steps_full=full, on_settle=on_settle,
+                    env=env)
         if self.upload_kind is not None:
             task.upload_kind = self.upload_kind(client, server_steps)
         timeout = self.timeout_s
@@ -125,15 +128,15 @@ class TaskPlanner:
     def plan(self, client: int, client_task: int) -> tuple[int | None, int | None, TaskTiming]:
         """(steps the task runs, the full count, its timing) for task ``client_task`` of
         ``client`` dispatched now; steps are (None, None) when the costs do not declare them."""
-        num_samples = self.client_size[client]
+        num_samples = self.client_size.item(client)
         if self.full_work:
             steps = full = None
             work = self.costs.work(num_samples)
         else:
             steps, full, work = self._plan_work(client, client_task, num_samples)
         if self.fixed_devices:
-            return steps, full, TaskTiming._make((self._down_s[client], work / self._compute[client],
-                                                  self._up_s[client]))
+            return steps, full, TaskTiming._make((self._down_s.item(client), work / self._compute.item(client),
+                                                  self._up_s.item(client)))
         return steps, full, task_timing(self.devices[client], self.costs.bytes_down, self.costs.bytes_up, work)
 
     def _plan_work(self, client: int, client_task: int, num_samples: int) -> tuple[int | None, int | None, float]:
@@ -156,7 +159,7 @@ class TaskPlanner:
         """Every client's training-set size as a read-only array, built once (a selector's
         view reads it at every decision)."""
         if self._sizes is None:
-            self._sizes = np.asarray(self.client_size, dtype=np.int64)
+            self._sizes = self.client_size.view()  # a read-only view, not a copy
             self._sizes.flags.writeable = False
         return self._sizes
 
