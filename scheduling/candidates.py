@@ -11,7 +11,10 @@ every such question, found in one of three ways:
   :class:`~fedclock.scheduling.diurnal_index.DiurnalIndex`, flat arrays and no object per client;
 * any other model: a scan of the population (:class:`ScannedIdleClients`).
 
-The three give the same candidates, so the seeded draws do not depend on the way.
+The three give the same candidates, so the seeded draws do not depend on the way. Each also
+says whether given clients are candidates and their ranks (:meth:`IdleClients.holds`,
+:meth:`IdleClients.ranks`) without a pass over the population, for a selector that takes its
+candidates unlisted (:class:`~fedclock.scheduling.candidate_set.Candidates`).
 """
 from __future__ import annotations
 

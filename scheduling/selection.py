@@ -19,6 +19,14 @@ when the scenario says the clients disclose them (``selection.disclose``),
 :attr:`SelectionView.resources` gives them (:class:`Disclosed`, the resource request of
 Nishio and Yonetani, ICC 2019, Sec. III-B); otherwise reading it raises :class:`NotDisclosed`.
 
+**What changed, without a pass.** Beside the arrays, the history records the clients with an
+applied result (:attr:`ClientHistory.explored`) and every arrival in order, with the client's
+duration before it (:attr:`ClientHistory.arrival_clients`), so a selector can read what
+changed since its last call instead of comparing whole arrays; and a selector that sets
+:attr:`Selector.lazy_candidates` gets its candidates as a
+:class:`~fedclock.scheduling.candidate_set.Candidates` (count, candidate of a rank,
+membership) instead of an array listing them (Oort, :mod:`fedclock.scheduling.selection_oort`).
+
 **Where the loss comes from.** A task's training metrics (``train_loss``, the mean loss of
 its local steps, returned by the client with its upload; see :mod:`fedclock.actors.runtime`)
 are known to the server when its result is applied. Results that are dropped as late, timed
@@ -145,7 +153,8 @@ class ClientHistory:
         self.arrival_previous = Growing(np.float64)
         """Beside each: the client's :attr:`last_duration` before that arrival (NaN: none), so a
         reader that kept the durations as of some arrival can bring them up to date from the
-        arrivals after it alone."""
+        arrivals after it alone. The two records cost 16 B an arrival (not a client): 16 MB
+        after 10^4 rounds of 100 results."""
 
     def relist(self) -> None:
         """Rebuild :attr:`explored` (from :attr:`applied`, in id order) and the arrival record
