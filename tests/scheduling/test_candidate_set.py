@@ -43,9 +43,9 @@ def test_distinct_ranks_by_hand() -> None:
     """Ten ranks, 1, 3 and 4 left out: 7 open, 0 2 5 6 7 8 9. Draws 6, 0, 3 (below 7, 6, 5):
     the 6th open is 9; then of 0 2 5 6 7 8 the 0th is 0; then of 2 5 6 7 8 the 3rd is 7."""
     draws = FixedDraws([6, 0, 3])
-    assert distinct_ranks(draws, 10, np.array([4, 1, 3]), 3).tolist() == [9, 0, 7]
+    assert distinct_ranks(draws, 10, np.array([4, 1, 3]), 3).tolist() == [9, 0, 7]  # type: ignore[arg-type]
     assert draws.asked == [[7, 6, 5]]
-    assert distinct_ranks(FixedDraws(), 10, np.array([1]), 0).tolist() == []
+    assert distinct_ranks(FixedDraws(), 10, np.array([1]), 0).tolist() == []  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         distinct_ranks(np.random.default_rng(0), 4, np.array([0, 1]), 3)
 

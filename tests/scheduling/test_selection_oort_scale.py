@@ -187,7 +187,7 @@ def test_a_decision_over_a_huge_population_reads_the_explored_clients_and_the_co
     explored = np.arange(0, 4000, 3, dtype=np.int64) * 1_000_003  # 1,334 clients, half of them candidates
     for params in ({}, {"blacklist_rounds": 0}):
         h = _huge_history(explored)
-        oort = Oort(OortParams(**params), np.random.default_rng(0))  # type: ignore[arg-type]
+        oort = Oort(OortParams(**params), np.random.default_rng(0))
         for r in range(3):
             finder = EvenIds()
             pool = Candidates(finder, N // 2, N)
@@ -200,3 +200,34 @@ def test_a_decision_over_a_huge_population_reads_the_explored_clients_and_the_co
                 assert n_explored == 0
             else:
                 assert n_explored == 100 - math.floor(100 * oort.exploration)
+
+
+def test_the_clocks_unlisted_candidates_and_their_array_give_the_same_choices() -> None:
+    """Two Oort selectors with the same seed, one given the diurnal index's candidates
+    unlisted and one their array, round after round (picks report back, some clients busy),
+    with and without the cap and the disclosed data sizes: the same cohorts."""
+    from fedclock.scheduling.availability import DiurnalClients
+
+    n = 400
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(0, 50, n)
+    for params, disclose in (({}, False), ({"blacklist_rounds": 1}, False), ({}, True)):
+        busy = BusyClients()
+        finder = idle_clients(DiurnalClients(10.0, 0.6, rng.uniform(0, 10.0, n)), busy, 0.0)  # type: ignore[arg-type]
+        h = ClientHistory(n)
+        lazy, listed = (Oort(OortParams(**params), np.random.default_rng(3)) for _ in range(2))
+        for r in range(12):
+            for c in rng.choice(n, size=10, replace=False).tolist():
+                if c in busy:
+                    busy.pop(c)
+                else:
+                    busy[c] = object()
+            count = finder.count(r * 0.9, r)
+            view = SelectionView(h, r * 0.9, r, r, None, data_size=sizes if disclose else None)
+            candidates = Candidates(finder, count, n)
+            a = lazy.select(view, candidates, 20)
+            b = listed.select(view, candidates.array(), 20)
+            assert a.tolist() == b.tolist(), (params, disclose, r)
+            for c in a.tolist():
+                h.picked(c, r * 0.9, r)
+                h.arrived(c, float(rng.lognormal()), float(rng.lognormal()), int(rng.integers(1, 50)))
