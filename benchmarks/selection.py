@@ -13,7 +13,11 @@ median and the largest, over ``--rounds`` consecutive rounds, of the wall time o
 ``select`` call (the round index advances, so per-round work such as Oort's pacer and
 TiFL's re-tiering every 10 rounds is included), and the time the clock takes to list the
 candidates as an array (:meth:`~fedclock.scheduling.clock.Clock.candidates`).
-``uniform`` is the clock's own draw, ``rng.choice(n, K, replace=False)``.
+``uniform`` is the clock's own draw, ``rng.choice(n, K, replace=False)``. A selector that
+takes its candidates lazily (:attr:`~fedclock.scheduling.selection.Selector.lazy_candidates`:
+Oort) gets them as the clock gives them, a
+:class:`~fedclock.scheduling.candidate_set.Candidates` over the idle finder of an
+always-available population with those ``2 K`` busy, and its time excludes the listing.
 
     python benchmarks/selection.py [--sizes 10000 100000 1000000] [--cohort 100] [--rounds 10]
                                    [--clock wall|cpu] [--out FILE]
@@ -35,6 +39,9 @@ from typing import Callable
 
 import numpy as np
 
+from fedclock.scheduling.candidate_set import Candidates
+from fedclock.scheduling.candidates import EveryIdleClient
+from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.selection import ClientHistory, Disclosed, SelectionView
 from fedclock.scheduling.selection_registry import SELECTORS
 
@@ -52,6 +59,8 @@ def history(n: int, seed: int = 0) -> ClientHistory:
     h.arrivals[known] = 2
     h.last_loss[known] = rng.lognormal(0.0, 0.5, int(known.sum()))
     h.last_samples[known] = rng.integers(20, 500, int(known.sum()))
+    h.applied[known] = 1
+    h.relist()  # the arrays were written directly: list the clients with an applied result
     return h
 
 
@@ -80,12 +89,16 @@ def time_selector(name: str, n: int, cohort: int, rounds: int,
         mask = np.ones(n, dtype=bool)
         mask[busy] = False
         candidates = np.flatnonzero(mask)
+        finder = EveryIdleClient(BusyClients(), n)  # what the clock hands a selector that takes them lazily
+        for c in busy.tolist():
+            finder.busy[c] = None
+        lazy = Candidates(finder, finder.count(0.0, 0), n)
         view = SelectionView(h, r * 10.0, 500 + r, 500 + r, lambda: request, data_size=sizes, deadline_s=50.0)
         start = clock()
         if selector is None:
             chosen = np.sort(candidates[rng.choice(candidates.shape[0], size=cohort, replace=False)])
         else:
-            chosen = selector.select(view, candidates, cohort)
+            chosen = selector.select(view, lazy if selector.lazy_candidates else candidates, cohort)
         times.append(clock() - start)
         for c in np.asarray(chosen).tolist():  # the cohort reports back
             h.picked(c, r * 10.0, 500 + r)

@@ -51,7 +51,8 @@ PER_CLIENT_SELECTOR_B = 130
 """Extra per client with a selector other than uniform: its history's flat arrays
 (``ClientHistory``) and Oort's sorted copies: 128 B (``python benchmarks/scale.py
 --population-only --selection oort --clients 10000 1000000 --cohort 100 --rounds 20``, 329 B
-against 201 B)."""
+against 201 B; measured when Oort also kept two 8-byte copies per client, which it no longer
+does since issue 50's selection pass: an upper bound now)."""
 RAY_FIXED_B = 2000 * MiB
 """Ray's processes (driver, GCS, raylet, two executors, the server actor): peak PSS less the
 data at 10^4 clients, 1,968 MiB (``python benchmarks/scale.py --backend ray --clients 10000

@@ -98,6 +98,22 @@ class Fenwick:
             i -= i & -i
         return s
 
+    def count_before_many(self, positions: np.ndarray) -> np.ndarray:
+        """:meth:`count_before` of each position, vectorized over them when the tree is a flat
+        ``array('q')`` (:meth:`from_array`: one gather per level, ~log2 n of them; node 0
+        holds 0, so a finished position adds nothing), else one call each."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if not isinstance(self.tree, array):
+            return np.fromiter((self.count_before(int(p)) for p in positions), dtype=np.int64,
+                               count=positions.shape[0])
+        tree = np.frombuffer(self.tree, dtype=np.int64)
+        i = positions.copy()
+        s = np.zeros(positions.shape[0], dtype=np.int64)
+        for _ in range(self.n.bit_length()):
+            s += tree.take(i)
+            i &= i - 1  # i - lowbit(i); 0 stays 0
+        return s
+
     def select(self, k: int) -> int:
         """The position of the mark of rank ``k`` (0-based; needs k < total)."""
         tree, n, pos, step = self.tree, self.n, 0, self.top
@@ -177,6 +193,8 @@ class IdleAvailable:
         self._trees = [Fenwick([m if self._class[c] == g else 0 for c, m in enumerate(self._mark)])
                        for g in range(1 + len(periods))]
         self._active: list[Fenwick] = [self._trees[0]]
+        self._active_groups: set[int] = {0}
+        """The trees of the last count's round (their indices in :attr:`_trees`)."""
         if timeline is not None:
             timeline.watch_gates(self.gates_changed)
 
@@ -236,11 +254,12 @@ class IdleAvailable:
         self.advance(now)
         if not self._periods:
             return self._trees[0].total
-        active = [self._trees[0]]
+        active, groups = [self._trees[0]], {0}
         for g, (modulus, residue) in enumerate(self._periods, start=1):
             if (round_index + residue) % modulus == 0:
                 active.append(self._trees[g])
-        self._active = active
+                groups.add(g)
+        self._active, self._active_groups = active, groups
         return sum(t.total for t in active)
 
     def at(self, rank: int) -> int:
@@ -250,6 +269,24 @@ class IdleAvailable:
     def at_many(self, ranks: Iterable[int]) -> list[int]:
         """:meth:`at` for each rank."""
         return [self.at(int(r)) for r in ranks]
+
+    def holds(self, clients: np.ndarray) -> np.ndarray:
+        """Per client id: whether it is a candidate of the last count (its mark, and with
+        Periodic classes its tree among those of the round)."""
+        marked = np.frombuffer(self._mark, dtype=np.bool_).take(clients)
+        if not self._periods:
+            return marked
+        groups, classes = self._active_groups, self._class
+        return marked & np.fromiter((classes[c] in groups for c in clients.tolist()), dtype=bool,
+                                    count=clients.shape[0])
+
+    def ranks(self, clients: np.ndarray) -> np.ndarray:
+        """The rank of each of these candidates among those of the last count (the marks
+        before it in the round's trees)."""
+        out = np.zeros(len(clients), dtype=np.int64)
+        for tree in (self._active if self._periods else self._trees[:1]):
+            out += tree.count_before_many(clients)
+        return out
 
     def candidates_array(self) -> np.ndarray | None:
         """Every candidate of the last count in client-id order, from the marks in one C pass

@@ -11,12 +11,18 @@ every such question, found in one of three ways:
   :class:`~fedclock.scheduling.diurnal_index.DiurnalIndex`, flat arrays and no object per client;
 * any other model: a scan of the population (:class:`ScannedIdleClients`).
 
-The three give the same candidates, so the seeded draws do not depend on the way.
+The three give the same candidates, so the seeded draws do not depend on the way. Each also
+says whether given clients are candidates and their ranks (:meth:`IdleClients.holds`,
+:meth:`IdleClients.ranks`) without a pass over the population, for a selector that takes its
+candidates unlisted (:class:`~fedclock.scheduling.candidate_set.Candidates`).
 """
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Iterable, Protocol, Sequence
+
+import numpy as np
 
 from fedclock.scheduling.availability import Always, Availability, DiurnalClients
 from fedclock.scheduling.available_index import build_index
@@ -37,6 +43,12 @@ class IdleClients(Protocol):
     def at_many(self, ranks: Iterable[int]) -> list[int]:
         """:meth:`at` for each rank."""
 
+    def holds(self, clients: np.ndarray) -> np.ndarray:
+        """Per client id (each in ``[0, num_clients)``): whether it is a candidate."""
+
+    def ranks(self, clients: np.ndarray) -> np.ndarray:
+        """The rank of each of these candidates."""
+
     def next_change(self, now: float) -> float:
         """The earliest time after ``now`` when some client's availability may change (inf: never)."""
 
@@ -55,6 +67,28 @@ class EveryIdleClient:
 
     def count(self, now: float, round_index: int) -> int:
         return self.num_clients - len(self.busy)
+
+    def _busy_ids(self) -> np.ndarray:
+        return np.asarray(self.busy.busy_ids(), dtype=np.int64)
+
+    def holds(self, clients: np.ndarray) -> np.ndarray:
+        """Per client id: not busy (a binary search among the busy clients)."""
+        busy = self._busy_ids()
+        if not busy.shape[0]:
+            return np.ones(clients.shape[0], dtype=bool)
+        at = np.minimum(np.searchsorted(busy, clients), busy.shape[0] - 1)
+        return busy.take(at) != clients
+
+    def ranks(self, clients: np.ndarray) -> np.ndarray:
+        """The rank of each idle client: its id less the busy clients below it."""
+        return clients - np.searchsorted(self._busy_ids(), clients)
+
+    def candidates_array(self) -> np.ndarray:
+        """Every idle client, in id order (a pass over the population)."""
+        mask = np.ones(self.num_clients, dtype=bool)
+        if self.busy:
+            mask[self._busy_ids()] = False
+        return np.flatnonzero(mask)
 
     def next_change(self, now: float) -> float:
         return math.inf
@@ -82,6 +116,16 @@ class ScannedIdleClients:
 
     def at_many(self, ranks: Iterable[int]) -> list[int]:
         return [self._candidates[int(r)] for r in ranks]
+
+    def holds(self, clients: np.ndarray) -> np.ndarray:
+        found = self._candidates
+        return np.fromiter(((i := bisect_left(found, c)) < len(found) and found[i] == c for c in clients.tolist()),
+                           dtype=bool, count=clients.shape[0])
+
+    def ranks(self, clients: np.ndarray) -> np.ndarray:
+        found = self._candidates
+        return np.fromiter((bisect_left(found, c) for c in clients.tolist()), dtype=np.int64,
+                           count=clients.shape[0])
 
     def next_change(self, now: float) -> float:
         return min((model.next_change(now) for model in self.availability), default=math.inf)

@@ -16,7 +16,8 @@ from typing import Collection, Protocol, Sequence, cast
 import numpy as np
 
 from fedclock.scheduling.availability import Availability, DiurnalClients, Never
-from fedclock.scheduling.candidates import EveryIdleClient, idle_clients
+from fedclock.scheduling.candidate_set import Candidates
+from fedclock.scheduling.candidates import idle_clients
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.rank_draws import RankDraws
 from fedclock.scheduling.rng import Stream, numpy_rng
@@ -110,26 +111,21 @@ class Cohorts:
         return self._select(idle, limit, round_index, now, version)
 
     def _select(self, idle: int, k: int, round_index: int, now: float, version: int) -> list[int]:
-        """``k`` (or fewer) of the ``idle`` candidates (``0 < k < idle``), by the selector."""
+        """``k`` (or fewer) of the ``idle`` candidates (``0 < k < idle``), by the selector (given
+        them as a :class:`~fedclock.scheduling.candidate_set.Candidates` when it accepts
+        that, else as an array)."""
         selector = self.selector
         assert selector is not None
-        candidates = self.candidates(idle)
+        lazy = Candidates(self.idle, idle, self.num_clients)
+        candidates = lazy if selector.lazy_candidates else lazy.array()
         chosen = selector.select(self.view(round_index, now, version), candidates, k)
         return checked_choice(chosen, candidates, k, type(selector).__name__).tolist()
 
     def candidates(self, idle: int) -> np.ndarray:
-        """The idle, available clients of the last count (there are ``idle``), as an array."""
-        if isinstance(self.idle, EveryIdleClient):
-            mask = np.ones(self.num_clients, dtype=bool)
-            if self.busy:
-                mask[np.fromiter(self.busy.keys(), dtype=np.int64, count=len(self.busy))] = False
-            return np.flatnonzero(mask)
-        whole = getattr(self.idle, "candidates_array", None)
-        if whole is not None:  # the index's marks, one C pass (not a lookup per candidate)
-            found = whole()
-            if found is not None:
-                return found
-        return np.asarray(self.idle.at_many(range(idle)), dtype=np.int64)
+        """The idle, available clients of the last count (there are ``idle``), as an array
+        (the finder's own listing when it has one: the index's marks in one C pass, not a
+        lookup per candidate)."""
+        return Candidates(self.idle, idle, self.num_clients).array()
 
     def view(self, round_index: int, now: float, version: int) -> SelectionView:
         """What the selector may see now (:class:`~fedclock.scheduling.selection.SelectionView`)."""

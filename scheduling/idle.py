@@ -90,6 +90,10 @@ class BusyClients(dict):
             self[client] = default
         return self[client]
 
+    def busy_ids(self) -> list[int]:
+        """The busy client ids, sorted (the mapping's own list: do not change it)."""
+        return self._sorted
+
     def idle_count(self, num_clients: int) -> int:
         """How many of clients 0..num_clients-1 are idle."""
         return num_clients - len(self._sorted)

@@ -49,8 +49,14 @@ training selector the authors maintain, SymbioticLab/FedScale) with its defaults
   selector returns a smaller cohort then; here the cohort keeps its size). Unexplored
   clients are drawn uniformly: FedScale ranks them by a speed and size prior taken from
   device profiles (its ``sample_window`` of 5 x the count, then a weighted draw), which a
-  server does not know here (with ``selection.disclose: [data_size]`` they are drawn with
-  probability proportional to data size instead).
+  server does not know here. The uniform draw is defined over the candidates' ranks (0-based,
+  client-id order), whatever the population's size:
+  :func:`~fedclock.scheduling.rank_sample.distinct_ranks` with the ranks of the explored
+  and capped candidates left out, i.e. ``j = rng.integers(0, A - arange(n))`` for the ``A``
+  candidates open to exploration, and the ``i``-th client is the candidate of the
+  ``j_i``-th open rank not drawn before. With ``selection.disclose: [data_size]`` they are
+  drawn with probability proportional to data size instead (NumPy's weighted draw over the
+  listed unexplored candidates: a pass over the candidates, kept as it was).
 * **Exploitation** (Sec. 4.2, FedScale): candidates sorted by score; the cut-off is
   ``cut_off_util`` times the score of rank ``exploit`` (0-based); the pool is every candidate
   at or above it, extended in score order to at least ``10 exploit + 1`` clients; ``exploit``
@@ -67,17 +73,30 @@ training selector the authors maintain, SymbioticLab/FedScale) with its defaults
   most ``blacklist_max_len`` (0.3, FedScale's default) of the population, the most
   reported first (ties by id). ``blacklist_rounds`` -1 (no cap) is FedScale's default.
 * When too few candidates remain after the cap, the rest is filled uniformly from the
-  excluded candidates (so a cohort is never smaller than under ``uniform``).
+  candidates not picked yet, capped ones included (so a cohort is never smaller than under
+  ``uniform``): the same rank draw, with the picked candidates' ranks left out.
+* **Explored** means an applied result that reported a loss: a client of the history's
+  record of clients with an applied result (``view.explored``) whose ``last_loss`` is known;
+  every other candidate is unexplored.
 
 Randomness comes only from the selector's own generator, in this order per call: the
 exploitation draw, then the exploration draw, then the fill.
 
-**Cost at a million clients.** A decision is a few dozen linear passes over the candidates'
-arrays and two partial sorts (the clip value and the preferred duration), no full sort:
-the staleness bonus is computed once per distinct round and looked up, the exploitation
-pool is found with :func:`~fedclock.scheduling.selection_arrays.largest`, and the weighted
-exploration draw is :func:`~fedclock.scheduling.selection_arrays.weighted_draw` (NumPy's
-draw, the same clients). ``benchmarks/selection.py`` measures it.
+**Cost.** A decision reads the explored clients and ``k`` candidates, not the population:
+the candidates come as a :class:`~fedclock.scheduling.candidate_set.Candidates`
+(:attr:`lazy_candidates`; an array is wrapped to give the same answers), the explored
+candidates are the history's explored clients the candidates hold, the exploration and the
+fill draw ranks around their ranks (no rejection loop), the participation cap reads the
+explored clients only (over a cap of 0 or more means applied, so explored), and the
+preferred duration is kept sorted from the arrivals since the last call (the history's
+arrival record, :meth:`Oort._preferred`). Over the explored clients a decision is a few
+dozen linear passes and two partial sorts (the clip value and the preferred duration), no
+full sort: the staleness bonus is computed once per distinct round and looked up, and the
+exploitation pool is found with :func:`~fedclock.scheduling.selection_arrays.largest`. With
+``data_size`` disclosed the weighted exploration lists the candidates
+(:func:`~fedclock.scheduling.selection_arrays.weighted_draw`, NumPy's draw, the same
+clients). ``benchmarks/selection.py`` and ``benchmarks/scale.py --population-only
+--selection oort`` measure it (``benchmarks/RESULTS.md``, "Ten million clients").
 """
 from __future__ import annotations
 
@@ -87,7 +106,9 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
+from fedclock.scheduling.candidate_set import Candidates
 from fedclock.scheduling.model_base import NonNegativeFloat, StrictModel
+from fedclock.scheduling.rank_sample import distinct_ranks
 from fedclock.scheduling.selection import SelectionView, Selector
 from fedclock.scheduling.selection_arrays import largest, rank_value, weighted_draw
 
@@ -114,6 +135,7 @@ class Oort(Selector):
 
     Params = OortParams
     reads_loss = True
+    lazy_candidates = True
 
     def __init__(self, params: Any, rng: np.random.Generator) -> None:
         super().__init__(params, rng)
@@ -127,11 +149,10 @@ class Oort(Selector):
         """The clients the last round exploited ..."""
         self.exploited_applied: np.ndarray = np.zeros(0, dtype=np.int64)
         """... and how many of their results had been applied when they were picked."""
-        self._seen_arrivals: np.ndarray | None = None
-        self._seen_durations = np.zeros(0)
+        self._log_seen = 0
+        """Arrivals of the view's record read so far ..."""
         self._sorted_durations = np.zeros(0)
-        """The clients' ``arrivals`` and ``last_duration`` as last seen, and the known
-        durations in ascending order (:meth:`_preferred`)."""
+        """... and the known durations as of them, in ascending order (:meth:`_preferred`)."""
 
     # ------------------------------------------------------------------ the rules, one by one
     @staticmethod
@@ -201,45 +222,64 @@ class Oort(Selector):
         self.threshold = self.paced(self.exploit_history, self.threshold, p.pacer_step, p.pacer_delta)
         self.exploration = max(self.exploration * p.exploration_decay, p.exploration_min)
 
-    def _capped(self, view: SelectionView, candidates: np.ndarray) -> np.ndarray:
+    def capped_clients(self, view: SelectionView) -> np.ndarray:
+        """The clients the participation cap excludes, in id order: those with more than
+        ``blacklist_rounds`` applied results, at most ``blacklist_max_len`` of the population,
+        the most reported first (ties by id); none without a cap. Only explored clients
+        (``view.explored``) can be over a cap of 0 or more, so only they are read."""
         p: OortParams = self.params
         if p.blacklist_rounds < 0:
-            return candidates
-        counts = view.applied
-        over = np.flatnonzero(counts > p.blacklist_rounds)
-        if not over.shape[0]:  # nobody over the cap (every early round): the candidates as they are
-            return candidates
+            return np.zeros(0, dtype=np.int64)
+        explored = view.explored
+        over = np.sort(explored[view.applied[explored] > p.blacklist_rounds])
         limit = int(p.blacklist_max_len * view.num_clients)
         if over.shape[0] > limit:
-            order = np.lexsort((over, -counts[over]))
-            over = over[order[:limit]]
-        return candidates[~np.isin(candidates, over)]
+            order = np.lexsort((over, -view.applied[over]))
+            over = np.sort(over[order[:limit]])
+        return over
+
+    def explored_candidates(self, view: SelectionView, pool: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        """(the explored candidates the exploitation may pick, the candidates the exploration
+        leaves out): of the history's clients with an applied result (``view.explored``, in
+        that order), those ``pool`` holds whose loss is known, less the capped ones; and
+        those with a known loss or capped. Reads the explored clients only."""
+        listed = view.explored
+        here = listed[pool.holds(listed)]  # explored clients among the candidates
+        known = ~np.isnan(view.last_loss[here])
+        capped = self.capped_clients(view)
+        if not capped.shape[0]:
+            explored = here[known]
+            return explored, explored
+        out = np.isin(here, capped)
+        return here[known & ~out], here[known | out]
 
     # ------------------------------------------------------------------ the choice
-    def select(self, view: SelectionView, candidates: np.ndarray, k: int) -> np.ndarray:
+    def select(self, view: SelectionView, candidates: np.ndarray | Candidates, k: int) -> np.ndarray:
+        """The module's choice; ``candidates`` as an array or a
+        :class:`~fedclock.scheduling.candidate_set.Candidates` (the same choice either way).
+        Only the explored clients and ``k`` candidates are read: the explored candidates are
+        the explored clients the candidates hold, the exploration's candidates are drawn by
+        rank (:func:`~fedclock.scheduling.rank_sample.distinct_ranks`) around them."""
         p: OortParams = self.params
         if view.round != self.current_round:
             self._new_round(view)
             self.current_round = view.round
-        pool = self._capped(view, candidates)
-        whole = pool.shape[0] == view.num_clients  # sorted distinct ids: every client, positions are ids
-        loss = view.last_loss if whole else view.last_loss.take(pool)
-        unexplored = np.isnan(loss)
-        explored, fresh = np.flatnonzero(~unexplored), np.flatnonzero(unexplored)
-        if not whole:
-            explored, fresh = pool.take(explored), pool.take(fresh)
-        exploit_n, _ = self.split(k, self.exploration, explored.shape[0], fresh.shape[0])
+        pool = candidates if isinstance(candidates, Candidates) else Candidates.of_array(candidates,
+                                                                                          view.num_clients)
+        explored, closed = self.explored_candidates(view, pool)
+        unexplored = pool.count - closed.shape[0]
+        exploit_n, _ = self.split(k, self.exploration, explored.shape[0], unexplored)
         chosen: list[np.ndarray] = []
         if exploit_n > 0:
             scores = self.scores(view, explored)
             chosen.append(self._exploit(explored, scores, exploit_n, p.cut_off_util))
         picked = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
-        explore_n = min(k - picked.shape[0], fresh.shape[0])
+        explore_n = min(k - picked.shape[0], unexplored)
         if explore_n > 0:
-            picked = np.concatenate([picked, self._explore(view, fresh, explore_n)])
+            picked = np.concatenate([picked, self._explore(view, pool, closed, explore_n)])
         if picked.shape[0] < k:  # too few unexplored (or left by the cap): fill uniformly
-            rest = candidates[~np.isin(candidates, picked)]
-            picked = np.concatenate([picked, self.rng.choice(rest, size=k - picked.shape[0], replace=False)])
+            ranks = distinct_ranks(self.rng, pool.count, pool.ranks(picked), k - picked.shape[0])
+            picked = np.concatenate([picked, pool.at_many(ranks.tolist())])
         self.exploited = picked[:exploit_n].copy()
         self.exploited_applied = view.applied[self.exploited]
         return picked
@@ -249,7 +289,7 @@ class Oort(Selector):
         the system penalty (computed in place over the clients' arrays: a handful of passes,
         one partial sort for the clip value and one for the preferred duration)."""
         p: OortParams = self.params
-        score = self.utility(view.last_samples.take(clients), view.last_loss.take(clients))
+        score = self.utility(view.last_samples[clients], view.last_loss[clients])
         positive = score if score.shape[0] and score.min() > 0 else score.take(np.flatnonzero(score > 0))
         if positive.shape[0]:
             rank = min(int(positive.shape[0] * p.clip_bound), positive.shape[0] - 1)
@@ -262,10 +302,10 @@ class Oort(Selector):
         np.minimum(score, clip, out=score)
         score -= low
         score /= span
-        score += self._bonus(view.round, view.last_picked_round.take(clients))
+        score += self._bonus(view.round, view.last_picked_round[clients])
         preferred = self._preferred(view)
         if p.round_penalty != 0 and preferred != math.inf:  # (T / t)^0 = 1 and t > inf never: no change
-            duration = view.last_duration.take(clients)
+            duration = view.last_duration[clients]
             slow = duration > preferred
             with np.errstate(invalid="ignore", divide="ignore"):
                 penalty = np.divide(preferred, np.maximum(duration, 1e-4, out=duration), out=duration)
@@ -275,27 +315,29 @@ class Oort(Selector):
 
     def _preferred(self, view: SelectionView) -> float:
         """:meth:`preferred_duration` over the view's durations, from a sorted copy of the
-        known durations kept up to date: a client's duration changes only when a result of
-        it arrives (``arrivals`` grows), so each call moves only those clients' entries (two
-        linear memory moves) instead of selecting among all clients again."""
+        known durations kept up to date from the arrival record: a client's duration changes
+        only when a result of it arrives, so each call reads the arrivals since the last one
+        (``view.arrival_clients``; each changed client's duration before the first of them is
+        beside it, ``view.arrival_previous``) and moves only those clients' entries (two
+        linear memory moves of the sorted copy), never the population's arrays. The copy
+        starts empty at the record's start (a shorter record than read: another history,
+        read from its start)."""
         if self.threshold >= 100.0:
             return math.inf
-        durations, arrivals = view.last_duration, view.arrivals
-        if self._seen_arrivals is None or self._seen_arrivals.shape != arrivals.shape:
-            self._seen_durations, self._seen_arrivals = durations.copy(), arrivals.copy()
-            self._sorted_durations = np.sort(durations[~np.isnan(durations)])
-        else:
-            changed = np.flatnonzero(arrivals != self._seen_arrivals)
-            if changed.shape[0]:
-                old, new = self._seen_durations[changed], durations[changed]
-                old, new = np.sort(old[~np.isnan(old)]), np.sort(new[~np.isnan(new)])
-                held = self._sorted_durations
-                # the k-th of equal old values sits k places after the first of them
-                at = np.searchsorted(held, old) + (np.arange(old.shape[0]) - np.searchsorted(old, old))
-                held = np.delete(held, at)
-                self._sorted_durations = np.insert(held, np.searchsorted(held, new), new)
-                self._seen_durations[changed] = durations[changed]
-                self._seen_arrivals[changed] = arrivals[changed]
+        logged = view.arrival_clients.shape[0]
+        if logged < self._log_seen:
+            self._log_seen, self._sorted_durations = 0, np.zeros(0)
+        if logged > self._log_seen:
+            clients = view.arrival_clients[self._log_seen:]
+            changed, first = np.unique(clients, return_index=True)
+            old, new = view.arrival_previous[self._log_seen:][first], view.last_duration[changed]
+            old, new = np.sort(old[~np.isnan(old)]), np.sort(new[~np.isnan(new)])
+            held = self._sorted_durations
+            # the k-th of equal old values sits k places after the first of them
+            at = np.searchsorted(held, old) + (np.arange(old.shape[0]) - np.searchsorted(old, old))
+            held = np.delete(held, at)
+            self._sorted_durations = np.insert(held, np.searchsorted(held, new), new)
+        self._log_seen = logged
         held = self._sorted_durations
         if not held.shape[0]:
             return math.inf
@@ -330,9 +372,19 @@ class Oort(Selector):
             prob = None
         return self.rng.choice(pool, size=n, replace=False, p=prob)
 
-    def _explore(self, view: SelectionView, clients: np.ndarray, n: int) -> np.ndarray:
+    def _explore(self, view: SelectionView, pool: Candidates, closed: np.ndarray, n: int) -> np.ndarray:
+        """``n`` distinct candidates outside ``closed`` (the explored and capped candidates),
+        uniformly: :func:`~fedclock.scheduling.rank_sample.distinct_ranks` over the
+        candidates' ranks, ``closed``'s ranks left out (reads ``n`` candidates and
+        ``closed``, not the population). With ``selection.disclose: [data_size]`` the draw is
+        weighted by data size instead, and that one lists the candidates (a pass over them)."""
         if view.disclosed_data_size is not None:
-            sizes = view.disclosed_data_size.take(clients).astype(np.float64)
+            everyone = pool.array()
+            open_ = np.ones(everyone.shape[0], dtype=bool)
+            open_[pool.ranks(closed)] = False
+            clients = everyone[open_]
+            sizes = view.disclosed_data_size[clients].astype(np.float64)
             if np.count_nonzero(sizes) >= n:  # rng.choice(clients, n, replace=False, p=...), the same draw
                 return clients.take(weighted_draw(self.rng, sizes / sizes.sum(), n))
-        return self.rng.choice(clients, size=n, replace=False)
+        ranks = distinct_ranks(self.rng, pool.count, pool.ranks(closed), n)
+        return pool.at_many(ranks.tolist())

@@ -64,6 +64,7 @@ def test_oort_scores_by_hand() -> None:
     h.last_loss[:] = [1.0, 2.0, 4.0]  # utilities 10, 20, 40
     h.last_picked_round[:] = [0, 1, 3]
     h.last_duration[:] = [1.0, 2.0, 10.0]  # preferred duration at the 30th percentile: rank 0, 1.0 s
+    h.relist()  # the arrays were written directly: record the durations as arrivals
     got = Oort(OortParams(), rng()).scores(SelectionView(h, 0.0, 4, 4, None), np.arange(3))
     low, span = 10 * 0.999, 40 - 10 * 0.999  # clip at rank floor(3 x 0.9) = 2: 40 (nothing clipped)
     bonus = [math.sqrt(0.1 * math.log(5) / r) for r in (1, 2, 4)]
@@ -80,6 +81,8 @@ def test_oort_exploits_high_utility_fast_clients_and_the_penalty_matters() -> No
     h.last_loss[:10] = np.arange(1, 11)
     h.last_picked_round[:10] = 0
     h.last_duration[:10] = [1.0] * 5 + [10.0] * 5
+    h.applied[:10] = 1
+    h.relist()  # the arrays were written directly: list the explored clients
     for alpha, slow_share in ((2.0, 0.0), (0.0, 0.5)):
         picks = []
         for seed in range(30):
@@ -96,11 +99,12 @@ def test_oort_participation_cap_excludes_the_clients_with_most_applied_results()
     h = ClientHistory(10)
     h.applied[:] = [5, 3, 1, 0, 0, 0, 0, 0, 0, 0]
     h.times_picked[:] = [5, 3, 9, 9, 0, 0, 0, 0, 0, 0]  # clients 2 and 3 were picked often, their results lost
+    h.relist()
     oort = Oort(OortParams(blacklist_rounds=2, exploration_factor=1.0, exploration_min=1.0), rng())
     view = SelectionView(h, 0.0, 1, 1, None)
-    assert oort._capped(view, np.arange(10)).tolist() == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert oort.capped_clients(view).tolist() == [0, 1]  # more than 2 applied results
     capped = Oort(OortParams(blacklist_rounds=0, blacklist_max_len=0.1), rng())  # at most 1 of 10: the most picked
-    assert capped._capped(view, np.arange(10)).tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert capped.capped_clients(view).tolist() == [0]
     for _ in range(5):
         chosen = oort.select(view, np.arange(10), 8)
         assert sorted(chosen.tolist()) == [2, 3, 4, 5, 6, 7, 8, 9]
@@ -123,6 +127,7 @@ def test_oort_pacer_history_counts_the_first_round_and_reported_exploited_client
     h.last_loss[:10] = 2.0
     h.last_picked_round[:10] = 0
     h.applied[:10] = 1
+    h.relist()
     oort = Oort(OortParams(exploration_factor=0.5, exploration_decay=1.0, exploration_min=0.5), rng())
     oort.select(SelectionView(h, 0.0, 0, 0, None), np.arange(20), 4)
     assert oort.exploit_history == [0.0]  # nothing exploited before the first round
