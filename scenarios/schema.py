@@ -145,8 +145,8 @@ class DatasetConfig(StrictModel):
     partition: PartitionConfig = Field(default_factory=IIDPartition)
     domains: DomainsConfig | None = Field(default=None, description="multi-domain sources only")
     format: FileFormat | None = Field(default=None, description="read published client files from root: leaf "
-                                      "(train/ and test/ JSON), tff_h5 (TFF HDF5), fedscale_csv (client_data_mapping), user_arrays "
-                                      "(per-user .npy arrays, mapped: scenarios/data/user_arrays.py)")
+                                      "(train/ and test/ JSON), tff_h5 (TFF HDF5), fedscale_csv (client_data_mapping), "
+                                      "user_arrays (per-user .npy arrays, mapped: scenarios/data/user_arrays.py)")
     generate: GeneratedFiles | None = Field(default=None, description="instead of root: generate a small data set "
                                             "in this format from the seed (quick runs)")
 

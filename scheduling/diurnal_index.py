@@ -26,7 +26,7 @@ from typing import Iterable
 import numpy as np
 
 from fedclock.scheduling.availability import DiurnalClients
-from fedclock.scheduling.available_index import Fenwick
+from fedclock.scheduling.fenwick import Fenwick
 
 WINDOW = 64
 """Clients read past the current point of the cycle to find the next change (at least the

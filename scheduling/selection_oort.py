@@ -106,11 +106,12 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
+from fedclock.scheduling import oort_rules
 from fedclock.scheduling.candidate_set import Candidates
 from fedclock.scheduling.model_base import NonNegativeFloat, StrictModel
 from fedclock.scheduling.rank_sample import distinct_ranks
 from fedclock.scheduling.selection import SelectionView, Selector
-from fedclock.scheduling.selection_arrays import largest, rank_value, weighted_draw
+from fedclock.scheduling.selection_arrays import largest, weighted_draw
 
 
 class OortParams(StrictModel):
@@ -154,62 +155,13 @@ class Oort(Selector):
         self._sorted_durations = np.zeros(0)
         """... and the known durations as of them, in ascending order (:meth:`_preferred`)."""
 
-    # ------------------------------------------------------------------ the rules, one by one
-    @staticmethod
-    def utility(samples: np.ndarray, loss: np.ndarray) -> np.ndarray:
-        """Statistical utility ``|B_i| x loss_i`` (the module's reading of Eq. 1)."""
-        return samples.astype(np.float64) * loss
-
-    @staticmethod
-    def staleness_bonus(current_round: int, last_round: np.ndarray) -> np.ndarray:
-        """``sqrt(0.1 ln R / r_i)`` with 1-based rounds ``R = current_round + 1`` and
-        ``r_i = last_round + 1``."""
-        return np.sqrt(0.1 * math.log(current_round + 1) / (last_round.astype(np.float64) + 1))
-
-    @staticmethod
-    def system_penalty(duration: np.ndarray, preferred: float, alpha: float) -> np.ndarray:
-        """``(T / t_i)^alpha`` for ``t_i > T``, else 1 (unknown durations: 1)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            slow = duration > preferred
-            return np.where(slow, (preferred / np.maximum(duration, 1e-4)) ** alpha, 1.0)
-
-    @staticmethod
-    def preferred_duration(durations: np.ndarray, percentile: float) -> float:
-        """The duration of rank ``min(floor(n P / 100), n - 1)`` (ascending) among the ``n``
-        known ones; inf when ``P >= 100`` or none is known."""
-        if percentile >= 100.0:
-            return math.inf
-        known = durations.take(np.flatnonzero(~np.isnan(durations)))  # (a partition over NaNs is slow)
-        if known.shape[0] == 0:
-            return math.inf
-        return rank_value(known, min(int(known.shape[0] * percentile / 100.0), known.shape[0] - 1))
-
-    @staticmethod
-    def split(k: int, exploration: float, explored: int, unexplored: int) -> tuple[int, int]:
-        """(exploited, newly explored) counts of a cohort of ``k``: ``floor(k e)`` explored
-        (at most the unexplored candidates), the rest exploited (at most the explored ones);
-        what one side cannot take goes to the other (see the module)."""
-        explore = min(int(k * exploration), unexplored)
-        exploit = min(k - explore, explored)
-        return exploit, min(k - exploit, unexplored)
-
-    # ------------------------------------------------------------------ per round
-    @staticmethod
-    def paced(history: list[float], threshold: float, step: int, delta: float) -> float:
-        """The pacer's percentile after a round (FedScale's ``pacer``): ``history`` holds one
-        entry per round so far (this one included); at a round ``R`` (1-based, the length of
-        ``history``) with ``R >= 2 step`` and ``R % step == 0`` the sums of the last two
-        windows of ``step`` entries are compared: a change of at most 10 % of the earlier
-        sum widens the percentile by ``delta`` (at most 100), a change of at least 5 times
-        it narrows it by ``delta`` (at least ``delta``)."""
-        rounds = len(history)
-        if rounds >= 2 * step and rounds % step == 0:
-            before, now = sum(history[-2 * step:-step]), sum(history[-step:])
-            if abs(now - before) <= before * 0.1:
-                return min(100.0, threshold + delta)
-            if abs(now - before) >= before * 5:
-                return max(delta, threshold - delta)
-        return threshold
+    # the rules, one by one (:mod:`fedclock.scheduling.oort_rules`)
+    utility = staticmethod(oort_rules.utility)
+    staleness_bonus = staticmethod(oort_rules.staleness_bonus)
+    system_penalty = staticmethod(oort_rules.system_penalty)
+    preferred_duration = staticmethod(oort_rules.preferred_duration)
+    split = staticmethod(oort_rules.split)
+    paced = staticmethod(oort_rules.paced)
 
     def _new_round(self, view: SelectionView) -> None:
         p: OortParams = self.params

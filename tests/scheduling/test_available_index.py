@@ -10,7 +10,8 @@ import pytest
 from fedclock.scheduling.population import PopulationConfig
 from fedclock.scheduling.timeline_events import OfflineEvent, OnlineEvent
 from fedclock.scheduling.availability import Always, Availability, Diurnal, Markov, Periodic, TraceReplay
-from fedclock.scheduling.available_index import Fenwick, IdleAvailable, build_index, select_in_union
+from fedclock.scheduling.available_index import IdleAvailable, build_index
+from fedclock.scheduling.fenwick import Fenwick, select_in_union
 from fedclock.scheduling.candidates import ScannedIdleClients
 from fedclock.scheduling.clock import Clock
 from fedclock.scheduling.devices import Devices

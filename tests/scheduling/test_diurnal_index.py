@@ -12,7 +12,7 @@ from fedclock.scheduling.available_index import build_index
 from fedclock.scheduling.population import PopulationConfig, population_availability
 from fedclock.scheduling.rng import Stream, numpy_rng
 from tests.scheduling.availability_cases import MODELS, MODES, run_case
-from fedclock.scheduling.available_index import Fenwick
+from fedclock.scheduling.fenwick import Fenwick
 from fedclock.scheduling.candidates import idle_clients
 from fedclock.scheduling.diurnal_index import DiurnalIndex
 from fedclock.scheduling.idle import BusyClients
