@@ -164,7 +164,8 @@ def test_spfl_w_weight_fusion_beats_spfl_on_iid_clients() -> None:
     14 of 20 above 0, 3 below); seeds 20-39, run after, +0.42 (sd 0.71, [+0.09, +0.76]); all
     40: +0.45, interval about [+0.23, +0.67]. With 40 pairs the test detects 0.31 points at
     80 % power (2.9 paired standard errors at sd 0.68). With SPFL on both sides the runs are
-    identical and it fails. About 10 s of CPU (80 runs of 11 rounds).
+    identical and it fails. About 11 s alone on the shared 2-core box, 27 s beside another
+    worker at ``-n 2`` (80 runs of 11 rounds).
     The Gamma 10 against 5 IID row (t7-iid-gamma10-vs-5) has no test: in this test's setting
     Gamma 10 - Gamma 5 (10 updates each) is -0.73 points on seeds 0-19 (sd 1.58, interval
     [-1.46, +0.01]) and -0.65 on seeds 20-39 ([-1.47, +0.18]), -0.69 over all 40 ([-1.21,
