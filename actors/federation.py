@@ -76,14 +76,23 @@ class ClientRanges(ClientIndex):
     """Every client's samples as one contiguous run of positions: client ``k``'s indices are
     ``offsets[k]..offsets[k + 1] - 1`` (``offsets[0]`` need not be 0). Files that store each
     user's samples together (:mod:`fedclock.scenarios.data.user_arrays`) need no index array
-    at all: 8 bytes a client instead of 8 bytes a sample (320 MB at 4 x 10^7 samples). The
+    at all: 8 bytes a client instead of 8 bytes a sample (320 MB at 4 x 10^7 samples), and with
+    :meth:`mapped` not even those in memory: the offsets are read from their ``.npy`` file where
+    used, and a pickled copy (Ray's object store, every executor) is the file's path. The
     arrays handed out are built when asked for; :attr:`flat` is built on first use only
     (nothing in a run reads it)."""
 
-    __slots__ = ()
+    __slots__ = ("source",)
 
-    def __init__(self, offsets: np.ndarray) -> None:  # offsets only: no flat array to hold
-        self.offsets = np.asarray(offsets, dtype=np.int64)
+    def __init__(self, offsets: np.ndarray, source: str | None = None) -> None:  # no flat array to hold
+        self.offsets = offsets if source is not None else np.asarray(offsets, dtype=np.int64)
+        self.source = source
+        """The ``.npy`` file the offsets are mapped from (None: held in memory)."""
+
+    @classmethod
+    def mapped(cls, path: str) -> "ClientRanges":
+        """The offsets of the ``.npy`` file ``path`` (int64), mapped read-only."""
+        return cls(np.load(path, mmap_mode="r"), source=path)
 
     @property
     def flat(self) -> np.ndarray:  # type: ignore[override]
@@ -103,11 +112,13 @@ class ClientRanges(ClientIndex):
         for k in range(len(self)):
             yield np.arange(self.offsets[k], self.offsets[k + 1], dtype=np.int64)
 
-    def __getstate__(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.zeros(0, dtype=np.int64), self.offsets
+    def __getstate__(self) -> tuple[Any, ...]:
+        return ("file", self.source) if self.source is not None else ("offsets", self.offsets)
 
-    def __setstate__(self, state: tuple[np.ndarray, np.ndarray]) -> None:
-        self.offsets = state[1]
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        kind, value = state
+        self.source = value if kind == "file" else None
+        self.offsets = np.load(value, mmap_mode="r") if kind == "file" else value
 
 
 @dataclass(frozen=True)

@@ -122,29 +122,34 @@ class ClientHistory:
     changed: the clients with an applied result (:attr:`explored`) and the arrivals in
     order (:attr:`arrival_clients`, :attr:`arrival_previous`)."""
 
+    COUNT = np.int32
+    """The counts' and rounds' type: 4 bytes a client each instead of 8 (eight of them: 320 MB at
+    ten million clients; ``benchmarks/RESULTS.md``, "Ten million clients, second pass")."""
+
     def __init__(self, num_clients: int) -> None:
         n = num_clients
         zeros = _written_zeros
+        count = self.COUNT
         self.num_clients = n
         self.last_duration = np.full(n, np.nan)
         """Seconds from dispatch to arrival of the client's last task whose result arrived (NaN: none yet)."""
         self.duration_sum = zeros(n)
         """Sum of those durations over every arrived task (with :attr:`arrivals`, their mean)."""
-        self.arrivals = zeros(n, dtype=np.int64)
+        self.arrivals = zeros(n, dtype=count)
         """Tasks whose results arrived (applied or dropped as late)."""
         self.last_picked_time = np.full(n, np.nan)
-        self.last_picked_round = np.full(n, -1, dtype=np.int64)
+        self.last_picked_round = np.full(n, -1, dtype=count)
         """Round (sync) or server version (async) of the client's last dispatch; -1: never picked."""
-        self.times_picked = zeros(n, dtype=np.int64)
+        self.times_picked = zeros(n, dtype=count)
         self.last_loss = np.full(n, np.nan)
         """``train_loss`` of the client's last applied result (NaN: none yet)."""
-        self.last_samples = zeros(n, dtype=np.int64)
+        self.last_samples = zeros(n, dtype=count)
         """Sample count of the client's last applied result (0: none yet)."""
-        self.applied = zeros(n, dtype=np.int64)
+        self.applied = zeros(n, dtype=count)
         """Tasks whose results the server applied (the ones that reported a loss)."""
-        self.lost = zeros(n, dtype=np.int64)
-        self.timed_out = zeros(n, dtype=np.int64)
-        self.cancelled = zeros(n, dtype=np.int64)
+        self.lost = zeros(n, dtype=count)
+        self.timed_out = zeros(n, dtype=count)
+        self.cancelled = zeros(n, dtype=count)
         self.explored = Growing(np.int64)
         """Clients in the order of their first applied result (each once): every client with
         ``applied > 0``, and only those."""

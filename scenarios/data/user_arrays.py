@@ -211,13 +211,13 @@ def read_user_arrays(folder: Path, dataset: str, num_clients: int) -> Federation
         raise DatasetError(f"population.num_clients: {folder} holds {users:,} users (one client each); "
                            f"set num_clients: {users}")
     arrays = {}
-    for name in _ARRAYS:
+    for name in _ARRAYS:  # every array mapped, the offsets too: nothing read into memory here but the checks' passes
         try:
             arrays[name] = np.load(folder / name, mmap_mode="r")
         except (OSError, ValueError) as err:
             raise DatasetError(f"dataset.root: {folder / name} cannot be read as a .npy array ({err})") from None
     x, y = arrays["x.npy"], arrays["y.npy"]
-    train, test = np.array(arrays["train_offsets.npy"]), np.array(arrays["test_offsets.npy"])
+    train, test = arrays["train_offsets.npy"], arrays["test_offsets.npy"]
     total = n_train + n_test
     problems = []
     if x.ndim < 2 or x.shape[0] != total or x.dtype != np.float32:
@@ -226,7 +226,8 @@ def read_user_arrays(folder: Path, dataset: str, num_clients: int) -> Federation
         problems.append(f"y.npy is {y.dtype} {y.shape}")
     for name, off, first, last in (("train_offsets.npy", train, 0, n_train),
                                    ("test_offsets.npy", test, n_train, total)):
-        if off.shape != (users + 1,) or off[0] != first or off[-1] != last or np.any(np.diff(off) < 0):
+        if off.shape != (users + 1,) or off.dtype != np.int64 or off[0] != first or off[-1] != last \
+                or np.any(np.diff(off) < 0):
             problems.append(f"{name} is not {users + 1:,} rising offsets from {first:,} to {last:,}")
     if problems:
         raise DatasetError(f"dataset.root: {folder} does not match its manifest ({users:,} users, {n_train:,} + "
@@ -238,7 +239,9 @@ def read_user_arrays(folder: Path, dataset: str, num_clients: int) -> Federation
              "x_test": MappedRows(str(folder / "x.npy"), n_train, total),
              "y_test": MappedRows(str(folder / "y.npy"), n_train, total)}
     tensors = {name: rows.tensor() for name, rows in files.items()}
-    return Federation(x=tensors["x"], y=tensors["y"], client_train=ClientRanges(train), client_test=ClientRanges(test),
+    train_clients, test_clients = (ClientRanges.mapped(str(folder / name))
+                                   for name in ("train_offsets.npy", "test_offsets.npy"))
+    return Federation(x=tensors["x"], y=tensors["y"], client_train=train_clients, client_test=test_clients,
                       x_test=tensors["x_test"], y_test=tensors["y_test"], num_classes=int(manifest["num_classes"]),
                       dataset_name=dataset, mapped=files)
 

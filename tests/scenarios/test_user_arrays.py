@@ -70,6 +70,12 @@ def test_the_samples_are_read_from_the_files_when_used_and_never_pickled(tmp_pat
     again: Federation = pickle.loads(pickle.dumps(fed))
     assert again.client_data(1).x_train.tolist() == fed.client_data(1).x_train.tolist()
     assert again.x_test.tolist() == fed.x_test.tolist() and set(again.mapped) == {"x", "y", "x_test", "y_test"}
+    # the offsets too are mapped, and pickled as their files
+    train = again.client_train
+    assert isinstance(train, ClientRanges) and train.source == str(tmp_path / "train_offsets.npy")
+    assert isinstance(train.offsets, np.memmap) and again.client_sizes().tolist() == [2, 3, 1]
+    held = ClientRanges(np.array([4, 6, 9]))
+    assert pickle.loads(pickle.dumps(held)).offsets.tolist() == [4, 6, 9] and held.source is None
 
 
 def test_each_users_size_and_test_count_follow_the_rule() -> None:
