@@ -36,22 +36,29 @@ class Evaluation:
 
     def global_result(self, state_ref: Any = None) -> EvalResult:
         """The global model (``state_ref``, default the server's current state) on the global
-        test set, in fixed chunks of :data:`GLOBAL_EVAL_CHUNK` samples spread over the
-        executors (idle at an evaluation in sync mode) and added up in chunk order: the same
-        sums whatever the number of executors, each chunk computed single-threaded as
-        everywhere else."""
+        test set, in fixed chunks of :data:`GLOBAL_EVAL_CHUNK` samples dealt over the
+        executors (idle at an evaluation in sync mode; chunk ``k`` to the ``k mod S``-th of
+        ``S``), each executor's chunks in one call, and added up in chunk order: the same sums
+        whatever the number of executors, each chunk computed single-threaded as everywhere
+        else. (One call a chunk was 20,000 actor calls an evaluation for ten million test
+        samples: ~250 MB of Ray's bookkeeping in each executor and seconds of calls;
+        ``benchmarks/RESULTS.md``, "Ten million clients, second pass".)"""
         calls = self.calls
         if state_ref is None:
             state_ref = self.global_state()
         slots = calls.distinct_slots()
-        starts = range(0, self.num_test, GLOBAL_EVAL_CHUNK)
-        work = [(slots[k % len(slots)], (a, min(a + GLOBAL_EVAL_CHUNK, self.num_test))) for k, a in enumerate(starts)]
-        parts: list[EvalResult] = calls.on_executors(
+        spans = [(a, min(a + GLOBAL_EVAL_CHUNK, self.num_test)) for a in range(0, self.num_test, GLOBAL_EVAL_CHUNK)]
+        dealt = [spans[i::len(slots)] for i in range(len(slots))]
+        work = [(slot, chunks) for slot, chunks in zip(slots, dealt) if chunks]
+        parts: list[list[EvalResult]] = calls.on_executors(
             "global evaluation", work,
-            lambda slot, span: calls.t.call(calls.executors[slot], "evaluate_global", state_ref, span[0], span[1],
-                                            self.batch_size))
+            lambda slot, chunks: calls.t.call(calls.executors[slot], "evaluate_global_spans", state_ref, chunks,
+                                              self.batch_size))
+        in_order: list[EvalResult] = [EvalResult(0.0, 0, 0.0)] * len(spans)
+        for i, results in enumerate(parts):  # executor i's j-th chunk is chunk i + j S
+            in_order[i::len(slots)] = results
         total = EvalResult(0.0, 0, 0.0)
-        for part in parts:
+        for part in in_order:
             total = EvalResult(total.correct + part.correct, total.count + part.count, total.loss_sum + part.loss_sum)
         return total
 

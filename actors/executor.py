@@ -118,6 +118,12 @@ class ClientExecutor:
         return self.algorithm.evaluate_global(state, fed.x_test[start:stop].to(self.device),
                                               fed.y_test[start:stop].to(self.device), batch_size)
 
+    def evaluate_global_spans(self, state: ServerState, spans: list[tuple[int, int]],
+                              batch_size: int) -> list[EvalResult]:
+        """:meth:`evaluate_global` of each ``(start, stop)`` span, in one call (a run's global
+        evaluation sends each executor its share of the chunks at once)."""
+        return [self.evaluate_global(state, start, stop, batch_size) for start, stop in spans]
+
     def evaluate(self, clients: list[int], payloads: list[Tensors], states: list[Tensors | None],
                  batch_size: int) -> list[EvalResult]:
         """Each client's model (per the algorithm) on its own test split."""
