@@ -17,6 +17,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from typing import Any, Iterable, Protocol
 
+from fedclock.scheduling.rank_sample import open_rank
+
 
 _MISSING = object()
 
@@ -116,14 +118,7 @@ class BusyClients(dict):
             if after == k:
                 return rank + k
             k = after
-        lo, hi = k, len(b)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if b[mid] - mid <= rank:
-                lo = mid + 1
-            else:
-                hi = mid
-        return rank + lo
+        return open_rank(b, rank, k)
 
     def idle_at_many(self, ranks: Iterable[int]) -> list[int]:
         """:meth:`idle_at` for each rank."""

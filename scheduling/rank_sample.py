@@ -20,13 +20,16 @@ log e))`` after it.
 from __future__ import annotations
 
 from bisect import insort
+from typing import Sequence
 
 import numpy as np
 
 
-def open_rank(closed: list[int], j: int) -> int:
-    """The ``j``-th (0-based) non-negative integer not in ``closed`` (sorted, distinct)."""
-    lo, hi = 0, len(closed)
+def open_rank(closed: Sequence[int], j: int, lo: int = 0) -> int:
+    """The ``j``-th (0-based) non-negative integer not in ``closed`` (sorted, distinct): ``j``
+    plus how many ``closed[i]`` have ``closed[i] - i <= j``, found by binary search from ``lo``
+    (a count of them the caller already knows, else 0)."""
+    hi = len(closed)
     while lo < hi:
         mid = (lo + hi) // 2
         if closed[mid] - mid <= j:
