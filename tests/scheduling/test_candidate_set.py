@@ -15,6 +15,7 @@ from fedclock.scheduling.growing import Growing
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.rank_sample import distinct_ranks, open_rank
 from fedclock.scheduling.selection import ClientHistory, SelectorError, checked_choice
+from tests.scheduling.busy_churn import churn
 
 
 class FixedDraws:
@@ -106,11 +107,7 @@ def test_every_finder_answers_as_its_listed_candidates(seed: int) -> None:
                      "diurnal_arrays": "DiurnalIndex", "scanned": "ScannedIdleClients"}
     for name, finder, busy in _finders(n, seed):
         for step in range(6):
-            for c in rng.choice(n, size=5, replace=False).tolist():
-                if c in busy:
-                    busy.pop(c)
-                else:
-                    busy[c] = object()
+            churn(busy, rng, n, 5)
             count = finder.count(step * 1.7, step)
             listed = np.asarray(finder.at_many(range(count)), dtype=np.int64)
             lazy = Candidates(finder, count, n)

@@ -17,6 +17,7 @@ from fedclock.scheduling.growing import Growing
 from fedclock.scheduling.idle import BusyClients
 from fedclock.scheduling.selection import ClientHistory, SelectionView, checked_choice
 from fedclock.scheduling.selection_oort import Oort, OortParams
+from tests.scheduling.busy_churn import churn
 
 EXPLORE_ALL = {"exploration_factor": 1.0, "exploration_decay": 1.0, "exploration_min": 1.0}
 
@@ -217,11 +218,7 @@ def test_the_clocks_unlisted_candidates_and_their_array_give_the_same_choices() 
         h = ClientHistory(n)
         lazy, listed = (Oort(OortParams(**params), np.random.default_rng(3)) for _ in range(2))
         for r in range(12):
-            for c in rng.choice(n, size=10, replace=False).tolist():
-                if c in busy:
-                    busy.pop(c)
-                else:
-                    busy[c] = object()
+            churn(busy, rng, n, 10)
             count = finder.count(r * 0.9, r)
             view = SelectionView(h, r * 0.9, r, r, None, data_size=sizes if disclose else None)
             candidates = Candidates(finder, count, n)
