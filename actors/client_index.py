@@ -54,12 +54,15 @@ class ClientIndex(Sequence[np.ndarray]):
         n = len(self)
         if not -n <= k < n:
             raise IndexError(f"client {k} of {n}")
-        k = int(k) % n
-        return self.flat[self.offsets[k]:self.offsets[k + 1]]
+        return self._rows(int(k) % n)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for k in range(len(self)):
-            yield self.flat[self.offsets[k]:self.offsets[k + 1]]
+            yield self._rows(k)
+
+    def _rows(self, k: int) -> np.ndarray:
+        """Client ``k``'s indices (``0 <= k < len(self)``)."""
+        return self.flat[self.offsets[k]:self.offsets[k + 1]]
 
     def __getstate__(self) -> tuple[np.ndarray, np.ndarray]:
         return self.flat, self.offsets
@@ -73,8 +76,9 @@ class ClientRanges(ClientIndex):
     ``offsets[k]..offsets[k + 1] - 1`` (``offsets[0]`` need not be 0). Files that store each
     user's samples together (:mod:`fedclock.scenarios.data.user_arrays`) need no index array
     at all: 8 bytes a client instead of 8 bytes a sample (320 MB at 4 x 10^7 samples), and with
-    :meth:`mapped` not even those in memory: the offsets are read from their ``.npy`` file where
-    used, and a pickled copy (Ray's object store, every executor) is the file's path. The
+    ``source`` (the offsets mapped read-only from that ``.npy`` file) not even those in memory:
+    they are read where used, and a pickled copy (Ray's object store, every executor) is the
+    file's path. The
     arrays handed out are built when asked for; :attr:`flat` is built on first use only
     (nothing in a run reads it)."""
 
@@ -85,28 +89,13 @@ class ClientRanges(ClientIndex):
         self.source = source
         """The ``.npy`` file the offsets are mapped from (None: held in memory)."""
 
-    @classmethod
-    def mapped(cls, path: str) -> "ClientRanges":
-        """The offsets of the ``.npy`` file ``path`` (int64), mapped read-only."""
-        return cls(np.load(path, mmap_mode="r"), source=path)
-
     @property
     def flat(self) -> np.ndarray:  # type: ignore[override]
         """Every client's positions, one after another (built when read)."""
         return np.arange(self.offsets[0], self.offsets[-1], dtype=np.int64)
 
-    def __getitem__(self, k: int | slice) -> np.ndarray | list[np.ndarray]:  # type: ignore[override]
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]  # type: ignore[misc]
-        n = len(self)
-        if not -n <= k < n:
-            raise IndexError(f"client {k} of {n}")
-        k = int(k) % n
+    def _rows(self, k: int) -> np.ndarray:
         return np.arange(self.offsets[k], self.offsets[k + 1], dtype=np.int64)
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for k in range(len(self)):
-            yield np.arange(self.offsets[k], self.offsets[k + 1], dtype=np.int64)
 
     def __getstate__(self) -> tuple[Any, ...]:
         return ("file", self.source) if self.source is not None else ("offsets", self.offsets)

@@ -224,22 +224,24 @@ def read_user_arrays(folder: Path, dataset: str, num_clients: int) -> Federation
         problems.append(f"x.npy is {x.dtype} {x.shape}")
     if y.shape != (total,) or y.dtype != np.int64:
         problems.append(f"y.npy is {y.dtype} {y.shape}")
+    sizes = {}  # each offsets file's per-user counts, one pass over it
     for name, off, first, last in (("train_offsets.npy", train, 0, n_train),
                                    ("test_offsets.npy", test, n_train, total)):
+        sizes[name] = np.diff(off) if off.ndim == 1 else off
         if off.shape != (users + 1,) or off.dtype != np.int64 or off[0] != first or off[-1] != last \
-                or np.any(np.diff(off) < 0):
+                or np.any(sizes[name] < 0):
             problems.append(f"{name} is not {users + 1:,} rising offsets from {first:,} to {last:,}")
     if problems:
         raise DatasetError(f"dataset.root: {folder} does not match its manifest ({users:,} users, {n_train:,} + "
                            f"{n_test:,} samples, float32 x and int64 y): {'; '.join(problems)}")
-    if users and not np.all(np.diff(train) > 0):
-        empty = int(np.argmin(np.diff(train)))
+    if users and not np.all(sizes["train_offsets.npy"] > 0):
+        empty = int(np.argmin(sizes["train_offsets.npy"]))
         raise DatasetError(f"dataset.root: user {empty} of {folder} has no training samples")
     files = {"x": MappedRows(str(folder / "x.npy"), 0, total), "y": MappedRows(str(folder / "y.npy"), 0, total),
              "x_test": MappedRows(str(folder / "x.npy"), n_train, total),
              "y_test": MappedRows(str(folder / "y.npy"), n_train, total)}
     tensors = {name: rows.tensor() for name, rows in files.items()}
-    train_clients, test_clients = (ClientRanges.mapped(str(folder / name))
+    train_clients, test_clients = (ClientRanges(arrays[name], source=str(folder / name))  # the maps checked above
                                    for name in ("train_offsets.npy", "test_offsets.npy"))
     return Federation(x=tensors["x"], y=tensors["y"], client_train=train_clients, client_test=test_clients,
                       x_test=tensors["x_test"], y_test=tensors["y_test"], num_classes=int(manifest["num_classes"]),
