@@ -25,6 +25,9 @@ from typing import Callable
 PACKAGE_DIR = Path(__file__).resolve().parent
 """Where fedclock's scenarios package is imported from (inside the source tree's checkout)."""
 
+REPORT_DIR = PACKAGE_DIR.parent / "docs" / "reproductions"
+"""Where ``fedclock reproduce`` writes its reports by default, in the checkout."""
+
 
 @dataclass(frozen=True)
 class SourceState:
@@ -98,10 +101,25 @@ def source_state(where: Path = PACKAGE_DIR, ignore: Callable[[Path], bool] | Non
     return SourceState(head.stdout.strip(), False, root, tuple(changed), tuple(untracked), digest)
 
 
-def run_commit() -> str:
+def is_generated_report(path: Path, report_dir: Path) -> bool:
+    """Whether ``path`` is a file ``fedclock reproduce`` writes into ``report_dir`` (a report
+    ``*.md`` other than ``README.md``, or a ``*.png``): left out of the dirty check, so that
+    regenerating reports one family after another needs no commit in between."""
+    try:
+        inside = path.resolve().parent == report_dir.resolve()
+    except OSError:
+        return False
+    return inside and (path.suffix == ".png" or (path.suffix == ".md" and path.name != "README.md"))
+
+
+def run_commit(where: Path = PACKAGE_DIR, report_dir: Path = REPORT_DIR) -> str:
     """The commit a run records in ``run.json``: the git commit, ``+dirty`` when the tree has
-    changes, or the package version (:func:`source_state`)."""
-    state = source_state(hash_diff=False)
+    changes, or the package version (:func:`source_state` of the checkout holding ``where``).
+    The reports in ``report_dir`` (the checkout's :data:`REPORT_DIR`) are left out of the
+    check (:func:`is_generated_report`): a run's code is the same whether or not a report was
+    just regenerated beside it, so the runs of the second family ``fedclock reproduce``
+    regenerates from a clean commit record that commit clean, as the first family's do."""
+    state = source_state(where, ignore=lambda p: is_generated_report(p, report_dir), hash_diff=False)
     return state.commit + (" +dirty" if state.clean is False else "")
 
 

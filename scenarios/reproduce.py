@@ -587,7 +587,7 @@ def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | 
     per_claim = claim_seeds(claim_set, seeds)
     settings = plan(claim_set, claim_file, n, extra, per_claim)
     tables = setting_tables(claim_set, claim_file, settings)
-    state = provenance.source_state(ignore=lambda p: is_generated_report(p, report_dir))
+    state = provenance.source_state(ignore=lambda p: provenance.is_generated_report(p, report_dir))
     if state.clean is False and not allow_dirty:
         raise ClaimError(f"reproduce: the work tree {state.root} has uncommitted changes ({len(state.changed)} "
                          f"file(s), e.g. {state.changed[0]}); commit them, or give --allow-dirty to record the "
@@ -609,17 +609,6 @@ def reproduce(family: str, seeds: int | None = None, jobs: int = 1, out: Path | 
     run_rows = run_metric_rows(unique, out, n)
     path.write_text(report_text(claim_set, outcomes, n, command, header, plots, tables, run_rows), encoding="utf-8")
     return path, outcomes
-
-
-def is_generated_report(path: Path, report_dir: Path) -> bool:
-    """Whether ``path`` is a file ``fedclock reproduce`` writes into ``report_dir`` (a report
-    ``*.md`` other than ``README.md``, or a ``*.png``): left out of the dirty check, so that
-    regenerating reports one family after another needs no commit in between."""
-    try:
-        inside = path.resolve().parent == report_dir.resolve()
-    except OSError:
-        return False
-    return inside and (path.suffix == ".png" or (path.suffix == ".md" and path.name != "README.md"))
 
 
 def provenance_lines(state: provenance.SourceState, run_dirs: Sequence[Path]) -> list[str]:

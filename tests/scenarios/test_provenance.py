@@ -10,7 +10,7 @@ import pytest
 
 from fedclock.scenarios import provenance
 from fedclock.scenarios.provenance import SourceState, algorithm_changes, package_version, source_state
-from fedclock.scenarios.reproduce import is_generated_report, provenance_lines
+from fedclock.scenarios.reproduce import provenance_lines
 from fedclock.scenarios.runstatus import FINISHED, RunStatus, claim, read_status, write_status
 
 
@@ -87,6 +87,18 @@ def test_run_json_records_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert claim(tmp_path / "other").commit == "b" * 40 + " +dirty"
 
 
+def test_a_run_beside_regenerated_reports_records_its_commit_clean(repo: Path) -> None:
+    """Reports ``fedclock reproduce`` just rewrote (the first family's, while the second
+    family's runs start) leave a run's commit clean; any other change still marks it."""
+    head = _git(repo, "rev-parse", "HEAD")
+    reports = repo / "docs" / "r"
+    (reports / "fedreco.md").write_text("regenerated\n", encoding="utf-8")
+    (reports / "fedreco_t1.png").write_bytes(b"png")
+    assert provenance.run_commit(repo, reports) == head
+    (reports / "README.md").write_text("edited by hand\n", encoding="utf-8")
+    assert provenance.run_commit(repo, reports) == head + " +dirty"
+
+
 def test_report_lists_runs_made_at_another_commit(repo: Path, tmp_path: Path) -> None:
     """Four reused runs: one at this commit (not listed), one at a commit with the same
     algorithm files, one at a commit whose algorithm files differ (from a dirty tree), one by
@@ -118,6 +130,7 @@ def test_report_lists_runs_made_at_another_commit(repo: Path, tmp_path: Path) ->
 
 
 def test_generated_reports_are_left_out_of_the_dirty_check(tmp_path: Path) -> None:
+    is_generated_report = provenance.is_generated_report
     report = tmp_path / "docs"
     assert is_generated_report(report / "fedreco.md", report)
     assert is_generated_report(report / "fedreco_t1.png", report)
