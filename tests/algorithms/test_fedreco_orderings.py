@@ -9,15 +9,16 @@ client in every round, the paper's local work (2 epochs; FedReCo and FedPAC 1 he
 epoch). Seeds 0-2 share the split and the initial model of each algorithm pair.
 
 * ``t1-fedreco-vs-fedavg`` / ``-fedpac`` / ``-fedrep`` / ``-fedbabu`` (fedreco.md) and
-  ``fm2-fedreco-vs-fedavg_ft`` / ``-fedrep`` / ``-fedavg`` (fedreco_fmnist.md, 2 classes per
-  client; the consensus rows against lambda = 0, ``fm-`` / ``fm2-fedreco-vs-fedreco_lam0``, are
+  ``fm2-fedreco-vs-fedavg_ft`` / ``-fedrep`` / ``-fedavg`` / ``-fedbabu`` / ``-fedpac``
+  (fedreco_fmnist.md, 2 classes per client, this module's split; the consensus rows against
+  lambda = 0, ``fm-`` / ``fm-full-`` / ``fm2-fedreco-vs-fedreco_lam0``, are
   tests/algorithms/test_fedreco_personal_accuracy.py's): FedReCo's personal
   models above FedAvg's global model, FedPAC's and FedRep's personal models and FedAvg-FT's and
   FedBABU's fine-tuned models after RECO_ROUNDS rounds. Ablation: the same
   trained FedReCo scored without its personal models (u_0 with the shared initial head, its
   global model), which must fall below both: the ordering comes from the personal models.
-* ``t1-fedreco-vs-fedcr`` (fedreco.md): FedReCo's personal models above FedCR's after
-  RECO_ROUNDS rounds; ablation as above (without its personal models FedReCo falls below FedCR).
+* ``t1-fedreco-vs-fedcr`` (fedreco.md) and ``fm2-fedreco-vs-fedcr`` (fedreco_fmnist.md):
+  FedReCo's personal models above FedCR's after RECO_ROUNDS rounds; ablation as above (without its personal models FedReCo falls below FedCR).
 * ``t2-fedreco-vs-fedcr`` / ``-fedpac`` / ``-fedbabu`` (fedreco.md, Table 2): FedReCo's personal
   models reach 85 % in fewer counted FLOPs than the baseline's; ablation as above (without its
   personal models FedReCo never reaches 85 %).
