@@ -18,7 +18,8 @@ epoch). Seeds 0-2 share the split and the initial model of each algorithm pair.
   trained FedReCo scored without its personal models (u_0 with the shared initial head, its
   global model), which must fall below both: the ordering comes from the personal models.
 * ``t1-fedreco-vs-fedcr`` (fedreco.md) and ``fm2-fedreco-vs-fedcr`` (fedreco_fmnist.md):
-  FedReCo's personal models above FedCR's after RECO_ROUNDS rounds; ablation as above (without its personal models FedReCo falls below FedCR).
+  FedReCo's personal models above FedCR's after RECO_ROUNDS rounds; ablation as above
+  (without its personal models FedReCo falls below FedCR).
 * ``t2-fedreco-vs-fedcr`` / ``-fedpac`` / ``-fedbabu`` (fedreco.md, Table 2): FedReCo's personal
   models reach 85 % in fewer counted FLOPs than the baseline's; ablation as above (without its
   personal models FedReCo never reaches 85 %).
