@@ -230,15 +230,17 @@ def averages(style_weight: float | None, seed: int, local_steps: int = 2,
     docstring) at ``style_weight``; ``None``: FedAvg with the same objective, batches,
     steps and data (Table 1's baseline). ``local_steps`` per round (2 but in the FedRep test);
     ``objective``: SimCLR, or SimSiam for Table 1's SimSiam rows."""
-    alg: Algorithm
-    if style_weight is None:
-        alg = FedAvg(FedAvgParams(**_sgd(objective, local_steps)), _factory())
-    else:
-        alg = FedStyle(FedStyleParams(**_sgd(objective, local_steps), style_epochs=1, style_weight=style_weight),
-                       _factory())
     # the controls only for lambda 0.5 (the own-style rows, and so transfer, are the same without them)
     cfg = EVAL if style_weight == 0.5 and objective == "simclr" else EVAL.model_copy(update={"style_controls": False})
-    return _train_and_probe(alg, seed, cfg)
+    return _train_and_probe(_arm(style_weight, objective, local_steps), seed, cfg)
+
+
+def _arm(style_weight: float | None, objective: str = "simclr", local_steps: int = 2) -> Algorithm:
+    """FedStyle at ``style_weight``, or FedAvg (``None``), with the shared settings (:func:`_sgd`)."""
+    if style_weight is None:
+        return FedAvg(FedAvgParams(**_sgd(objective, local_steps)), _factory())
+    return FedStyle(FedStyleParams(**_sgd(objective, local_steps), style_epochs=1, style_weight=style_weight),
+                    _factory())
 
 
 def _sgd(objective: str = "simclr", local_steps: int = 2) -> dict[str, object]:
@@ -367,12 +369,7 @@ def test_fedstyle_personalizes_better_than_a_baseline_with_simsiam(name: str) ->
 def he_averages(style_weight: float | None, seed: int, alpha: float) -> dict[str, float]:
     """The ``average`` rows of one FedStyle (lambda ``style_weight``) or FedAvg (``None``) run
     on :func:`_he_federation` at ``alpha``, SimCLR, otherwise as :func:`averages`."""
-    alg: Algorithm
-    if style_weight is None:
-        alg = FedAvg(FedAvgParams(**_sgd()), _factory())
-    else:
-        alg = FedStyle(FedStyleParams(**_sgd(), style_epochs=1, style_weight=style_weight), _factory())
-    return _train_and_probe(alg, seed, EVAL.model_copy(update={"style_controls": False}),
+    return _train_and_probe(_arm(style_weight), seed, EVAL.model_copy(update={"style_controls": False}),
                             _he_federation(seed, alpha))
 
 
@@ -444,7 +441,9 @@ if __name__ == "__main__":  # regenerate the measured numbers of the module docs
                      ("lambda 5 - lambda 0.5 (personalization)", lambda5_gain),
                      *((f"lambda 0.5 - lambda 20 ({k})", lambda s, k=k: large_lambda_drop(s, k))
                        for k in ("personalization", "generalization")),
-                     ("FedStyle - FedRep at 8 steps (personalization)", fedrep_gain)):
+                     ("FedStyle - FedRep at 8 steps (personalization)", fedrep_gain),
+                     *((f"FedStyle - FedAvg at He@{a} ({k})", lambda s, a=a, k=k: he_gain(s, a, k))
+                       for a in (0.2, 0.8) for k in ("personalization", "generalization"))):
         values = [fn(s) for s in MEASURE_SEEDS]
         sys.stdout.write(f"{name}: " + " ".join(f"{v:+.3f}" for v in values)
                          + f"  mean {statistics.mean(values):+.4f}\n")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fedclock.scenarios import provenance
-from fedclock.scenarios.provenance import SourceState, algorithm_changes, package_version, source_state
+from fedclock.scenarios.provenance import (SourceState, algorithm_changes, is_generated_report, package_version,
+                                           source_state)
 from fedclock.scenarios.reproduce import provenance_lines
 from fedclock.scenarios.runstatus import FINISHED, RunStatus, claim, read_status, write_status
 
@@ -130,7 +131,6 @@ def test_report_lists_runs_made_at_another_commit(repo: Path, tmp_path: Path) ->
 
 
 def test_generated_reports_are_left_out_of_the_dirty_check(tmp_path: Path) -> None:
-    is_generated_report = provenance.is_generated_report
     report = tmp_path / "docs"
     assert is_generated_report(report / "fedreco.md", report)
     assert is_generated_report(report / "fedreco_t1.png", report)
